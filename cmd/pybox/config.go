@@ -1,0 +1,281 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/rs/zerolog"
+
+	"github.com/pybox/pybox/redact"
+	"github.com/pybox/pybox/sandbox"
+	"github.com/pybox/pybox/server"
+)
+
+// config is every setting of the command, from flags and PYBOX_* variables.
+type config struct {
+	// Serving.
+	transport string
+	addr      string
+	authToken string
+
+	// Logging.
+	logLevel  string
+	logFormat string
+
+	// Calls.
+	timeout    time.Duration
+	maxTimeout time.Duration
+
+	// Sandbox.
+	image         string
+	runtime       string
+	memory        byteSize
+	cpus          float64
+	pids          int64
+	tmpfsSize     byteSize
+	network       bool
+	readOnly      bool
+	user          string
+	allowRoot     bool
+	capDropAll    bool
+	noNewPrivs    bool
+	seccomp       string
+	logDriver     string
+	maxConcurrent int
+	maxQueue      int
+	queueTimeout  time.Duration
+	outputLimit   byteSize
+
+	// Redaction.
+	redactValues stringList
+}
+
+// byteSize is a flag value such as 256m or 64KiB.
+type byteSize int64
+
+func (b *byteSize) String() string { return units.BytesSize(float64(*b)) }
+func (b *byteSize) Set(s string) error {
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a size (try 256m or 64KiB)", s)
+	}
+	if n < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// stringList is a repeatable flag; from the environment it splits on commas.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// flagSet makes a flag set for one command with the settings it uses.
+func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if withServe {
+		fs.StringVar(&cfg.transport, "transport", "stdio", "MCP transport: stdio, http (Streamable HTTP on /mcp) or sse (/sse and /message)")
+		fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8765", "address for the http and sse transports")
+		fs.StringVar(&cfg.authToken, "auth-token", "", "bearer token every HTTP request must carry (required off loopback)")
+	}
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
+
+	fs.DurationVar(&cfg.timeout, "timeout", sandbox.DefaultTimeout, "default wall-clock limit of a call")
+	fs.DurationVar(&cfg.maxTimeout, "max-timeout", 300*time.Second, "largest timeout a call may ask for")
+
+	fs.StringVar(&cfg.image, "image", sandbox.DefaultImage, "sandbox image")
+	fs.StringVar(&cfg.runtime, "runtime", "runc", "OCI runtime: runc, or runsc for gVisor")
+	cfg.memory = sandbox.DefaultMemoryBytes
+	fs.Var(&cfg.memory, "memory", "memory limit of a sandbox, no swap")
+	fs.Float64Var(&cfg.cpus, "cpus", 1, "CPUs of a sandbox")
+	fs.Int64Var(&cfg.pids, "pids", sandbox.DefaultPidsLimit, "process and thread limit of a sandbox")
+	cfg.tmpfsSize = sandbox.DefaultTmpfsBytes
+	fs.Var(&cfg.tmpfsSize, "tmpfs-size", "size of the sandbox's /tmp")
+	fs.BoolVar(&cfg.network, "network", false, "give sandboxes the engine's default network")
+	fs.BoolVar(&cfg.readOnly, "read-only", true, "read-only root filesystem")
+	fs.StringVar(&cfg.user, "user", sandbox.DefaultUser, "uid:gid the code runs as")
+	fs.BoolVar(&cfg.allowRoot, "allow-root", false, "allow --user to be root")
+	fs.BoolVar(&cfg.capDropAll, "cap-drop-all", true, "drop all capabilities")
+	fs.BoolVar(&cfg.noNewPrivs, "no-new-privileges", true, "set no-new-privileges")
+	fs.StringVar(&cfg.seccomp, "seccomp", sandbox.SeccompPinned, "seccomp profile: pinned, engine, unconfined, or a JSON file")
+	fs.StringVar(&cfg.logDriver, "log-driver", "none", "the engine's log driver for sandboxes")
+	fs.IntVar(&cfg.maxConcurrent, "max-concurrent", sandbox.DefaultMaxConcurrent, "sandboxes running at once")
+	fs.IntVar(&cfg.maxQueue, "max-queue", sandbox.DefaultMaxQueue, "calls waiting for a sandbox before too_many_requests")
+	fs.DurationVar(&cfg.queueTimeout, "queue-timeout", sandbox.DefaultQueueTimeout, "longest wait for a sandbox")
+	cfg.outputLimit = sandbox.DefaultOutputLimit
+	fs.Var(&cfg.outputLimit, "output-limit", "output kept per stream (head and tail)")
+	fs.Var(&cfg.redactValues, "redact-value", "a secret value to redact from all output (repeatable; comma-separated in PYBOX_REDACT_VALUE)")
+	return fs
+}
+
+// envName is the variable twin of a flag.
+func envName(flagName string) string {
+	return "PYBOX_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies PYBOX_* variables, then the command line, which wins.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok || envErr != nil {
+			return
+		}
+		vals := []string{v}
+		if _, list := f.Value.(*stringList); list {
+			vals = strings.Split(v, ",")
+		}
+		for _, one := range vals {
+			if err := fs.Set(f.Name, one); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		fmt.Fprintln(stderr, "pybox:", envErr)
+		return envErr
+	}
+	return fs.Parse(args)
+}
+
+// usage prints a command's flags with their variables and defaults.
+func usage(fs *flag.FlagSet, w io.Writer, head string) {
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, "\nFlags (each also read from the PYBOX_<FLAG> variable; a flag wins):")
+	fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  --%s\n        %s\n        (env %s, default %s)\n", f.Name, f.Usage, envName(f.Name), def)
+	})
+}
+
+func (c *config) sandboxOptions() sandbox.Options {
+	rt := c.runtime
+	if rt == "runc" {
+		rt = "" // the engine's default, which is runc unless configured otherwise
+	}
+	return sandbox.Options{
+		Image:              c.image,
+		Runtime:            rt,
+		MemoryBytes:        int64(c.memory),
+		NanoCPUs:           int64(c.cpus * 1e9),
+		PidsLimit:          c.pids,
+		TmpfsBytes:         int64(c.tmpfsSize),
+		Network:            c.network,
+		WritableRoot:       !c.readOnly,
+		User:               c.user,
+		AllowRoot:          c.allowRoot,
+		KeepCapabilities:   !c.capDropAll,
+		AllowNewPrivileges: !c.noNewPrivs,
+		Seccomp:            c.seccomp,
+		LogDriver:          c.logDriver,
+		MaxConcurrent:      c.maxConcurrent,
+		MaxQueue:           queueOption(c.maxQueue),
+		QueueTimeout:       c.queueTimeout,
+		OutputLimit:        int(c.outputLimit),
+	}
+}
+
+// queueOption maps the flag's 0 (no queue) to the option's -1.
+func queueOption(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive")
+	case c.maxTimeout < c.timeout:
+		return fmt.Errorf("--max-timeout (%s) is below --timeout (%s)", c.maxTimeout, c.timeout)
+	case c.cpus <= 0:
+		return fmt.Errorf("--cpus must be positive")
+	case c.pids <= 0:
+		return fmt.Errorf("--pids must be positive")
+	case c.maxConcurrent <= 0:
+		return fmt.Errorf("--max-concurrent must be positive")
+	case c.maxQueue < 0:
+		return fmt.Errorf("--max-queue must not be negative")
+	case c.outputLimit < 1024:
+		return fmt.Errorf("--output-limit must be at least 1KiB")
+	}
+	return nil
+}
+
+func (c *config) redactor() *redact.Redactor {
+	return redact.New(redact.Options{Values: c.redactValues, Environ: os.Environ()})
+}
+
+func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zerolog.Logger) server.Options {
+	return server.Options{
+		Runner:         sb,
+		Redactor:       rd,
+		Logger:         log,
+		DefaultTimeout: c.timeout,
+		MaxTimeout:     c.maxTimeout,
+		Version:        version(),
+		Limits: server.Limits{
+			MemoryMiB:   int64(c.memory) >> 20,
+			CPUs:        c.cpus,
+			OutputBytes: int(c.outputLimit),
+			Network:     c.network,
+		},
+	}
+}
+
+// newLogger logs to stderr only: stdout is the protocol in stdio mode.
+// Every message passes through the redactor.
+func (c *config) newLogger(stderr io.Writer, rd *redact.Redactor) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil || c.logLevel == "" {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: use debug, info, warn or error", c.logLevel)
+	}
+	var w io.Writer = redactingWriter{w: stderr, r: rd}
+	format := c.logFormat
+	if format == "auto" {
+		format = "json"
+		if f, ok := stderr.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "console"
+			}
+		}
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: use json, console or auto", c.logFormat)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// redactingWriter redacts each log line before it leaves.
+type redactingWriter struct {
+	w io.Writer
+	r *redact.Redactor
+}
+
+func (rw redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(rw.w, rw.r.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pybox/pybox/sandbox"
+)
+
+// wallsProbe prints what the code can see of its own confinement.
+const wallsProbe = `
+import os, socket
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+ifaces = sorted(os.listdir("/sys/class/net"))
+ro = False
+try:
+    open("/pybox-probe", "w")
+except OSError:
+    ro = True
+print("uid", os.getuid())
+print("ifaces", ",".join(ifaces))
+print("capeff", status["CapEff"].strip())
+print("nonewprivs", status["NoNewPrivs"].strip())
+print("seccomp", status["Seccomp"].strip())
+print("readonly", ro)
+`
+
+func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg config
+	fs := flagSet("doctor", true, &cfg)
+	head := "Usage: pybox doctor [flags]\n\nChecks the engine, the runtime, the image and the sandbox's walls, and says how to fix each failure."
+	if done, code := parseCommand(fs, args, stdout, stderr, head, &cfg); done {
+		return code
+	}
+	failed := 0
+	check := func(ok bool, name, detail, fix string) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(stdout, "%s %-10s %s\n", mark, name, detail)
+		if !ok && fix != "" {
+			fmt.Fprintf(stdout, "     fix: %s\n", fix)
+		}
+	}
+	sb, err := sandbox.New(cfg.sandboxOptions(), zerolog.Nop())
+	if err != nil {
+		check(false, "config", err.Error(), "correct the flag or PYBOX_* variable")
+		return 1
+	}
+	where := sb.EngineHost()
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		where += " (from DOCKER_HOST)"
+	}
+	api, err := sb.Ping(ctx)
+	check(err == nil, "engine", fmt.Sprintf("%s answers: %v", where, err == nil),
+		"start Docker (`sudo systemctl start docker`, or `sudo scripts/ensure-docker.sh` from the pybox repository), or set DOCKER_HOST to a running engine")
+	if err != nil {
+		fmt.Fprintf(stdout, "%d check(s) failed\n", failed)
+		return 1
+	}
+	info, err := sb.EngineInfo(ctx)
+	check(err == nil, "api", fmt.Sprintf("API %s, engine %s, runc %s, cgroup v%s", api, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
+	rt := cfg.runtime
+	check(slices.Contains(info.Runtimes, rt), "runtime", fmt.Sprintf("%q wanted; the engine has %s", rt, strings.Join(info.Runtimes, ", ")),
+		fmt.Sprintf("register %q in /etc/docker/daemon.json under \"runtimes\" and reload dockerd (SIGHUP), or use --runtime runc", rt))
+	st, err := sb.ImageStatus(ctx)
+	switch {
+	case err != nil:
+		check(false, "image", err.Error(), "")
+	case !st.Present:
+		check(false, "image", st.Ref+" is missing", "sudo pybox image build")
+	default:
+		check(st.Current, "image", fmt.Sprintf("%s present, version %q (want %q)", st.Ref, st.Version, sandbox.ImageVersion), "sudo pybox image build")
+	}
+	if failed == 0 {
+		res := sb.Run(ctx, sandbox.Request{Code: wallsProbe, Timeout: 60e9})
+		ok := res.Error == "" && res.ExitCode == 0
+		detail := fmt.Sprintf("a hardened sandbox ran in %.2fs", res.Duration.Seconds())
+		if ok {
+			walls := map[string]string{}
+			for _, l := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+				k, v, _ := strings.Cut(l, " ")
+				walls[k] = v
+			}
+			var bad []string
+			if walls["uid"] == "0" {
+				bad = append(bad, "runs as root")
+			}
+			if !cfg.network && walls["ifaces"] != "lo" {
+				bad = append(bad, "network interfaces "+walls["ifaces"])
+			}
+			if cfg.capDropAll && walls["capeff"] != "0000000000000000" {
+				bad = append(bad, "capabilities "+walls["capeff"])
+			}
+			if cfg.noNewPrivs && walls["nonewprivs"] != "1" {
+				bad = append(bad, "no-new-privileges off")
+			}
+			if cfg.seccomp != sandbox.SeccompUnconfined && walls["seccomp"] != "2" {
+				bad = append(bad, "no seccomp filter")
+			}
+			if cfg.readOnly && walls["readonly"] != "True" {
+				bad = append(bad, "root is writable")
+			}
+			if len(bad) > 0 {
+				ok = false
+				detail = "walls missing: " + strings.Join(bad, "; ")
+			} else {
+				detail += fmt.Sprintf(": uid %s, interfaces %s, CapEff 0, no-new-privileges, seccomp, read-only root", walls["uid"], walls["ifaces"])
+			}
+		} else {
+			detail = fmt.Sprintf("the test run failed: %s %s", res.Error, strings.TrimSpace(res.Stderr))
+		}
+		check(ok, "sandbox", detail, "see the message; `pybox exec -c 'print(1)'` shows a run's full result")
+		_ = sb.Close(ctx)
+	}
+	if cfg.transport != "stdio" {
+		err := checkExposure(cfg.addr, cfg.authToken)
+		check(err == nil, "transport", fmt.Sprintf("%s on %s, token set: %v", cfg.transport, cfg.addr, cfg.authToken != ""), "set PYBOX_AUTH_TOKEN or bind 127.0.0.1")
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "%d check(s) failed\n", failed)
+		return 1
+	}
+	fmt.Fprintln(stdout, "all checks passed")
+	return 0
+}

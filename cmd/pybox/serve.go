@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/rs/zerolog"
+
+	"github.com/pybox/pybox/sandbox"
+	"github.com/pybox/pybox/server"
+)
+
+// shutdownTimeout bounds the removal of containers at exit.
+const shutdownTimeout = 30 * time.Second
+
+func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var cfg config
+	fs := flagSet("serve", true, &cfg)
+	if done, code := parseCommand(fs, args, stdout, stderr, "Usage: pybox serve [flags]", &cfg); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pybox serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	rd := cfg.redactor()
+	logger, err := cfg.newLogger(stderr, rd)
+	if err != nil {
+		fmt.Fprintln(stderr, "pybox:", err)
+		return 2
+	}
+	switch cfg.transport {
+	case "stdio":
+	case "http", "sse":
+		if err := checkExposure(cfg.addr, cfg.authToken); err != nil {
+			logger.Error().Err(err).Msg("refusing to start")
+			fmt.Fprintln(stderr, "pybox:", err)
+			return 2
+		}
+	default:
+		fmt.Fprintf(stderr, "pybox: --transport %q: use stdio, http or sse\n", cfg.transport)
+		return 2
+	}
+
+	sb, err := sandbox.New(cfg.sandboxOptions(), logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "pybox:", err)
+		return 2
+	}
+	startupChecks(ctx, sb, logger)
+	mcp := server.New(cfg.serverOptions(sb, rd, logger))
+
+	logger.Info().Str("transport", cfg.transport).Str("version", version()).
+		Str("image", sb.Image()).Str("engine", sb.EngineHost()).Msg("pybox serving")
+	switch cfg.transport {
+	case "stdio":
+		err = serveStdio(ctx, mcp, cfg, stdin, stdout, logger)
+	default:
+		err = serveHTTP(ctx, mcp, cfg, logger)
+	}
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if cerr := sb.Close(cctx); cerr != nil {
+		logger.Error().Err(cerr).Msg("removing sandboxes at exit failed")
+	}
+	logger.Info().Msg("pybox stopped")
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+		logger.Error().Err(err).Msg("serving failed")
+		return 1
+	}
+	return 0
+}
+
+// startupChecks logs what a first call would trip over, and removes the
+// containers of a server that died; it never stops the server, which keeps
+// answering with sandbox_unavailable until the engine and image are there.
+func startupChecks(ctx context.Context, sb *sandbox.Sandbox, logger zerolog.Logger) {
+	if _, err := sb.Ping(ctx); err != nil {
+		logger.Warn().Err(err).Msg("the Docker engine does not answer; calls will fail with sandbox_unavailable until it does (run `pybox doctor`)")
+		return
+	}
+	if n, err := sb.Reap(ctx); err != nil {
+		logger.Warn().Err(err).Msg("could not list containers left by earlier servers")
+	} else if n > 0 {
+		logger.Info().Int("removed", n).Msg("removed containers left by earlier servers")
+	}
+	st, err := sb.ImageStatus(ctx)
+	switch {
+	case err != nil:
+		logger.Warn().Err(err).Msg("could not inspect the sandbox image")
+	case !st.Present:
+		logger.Warn().Str("image", st.Ref).Msg("the sandbox image is missing; build it with `sudo pybox image build` (or `docker build -t " + st.Ref + " sandbox/image`)")
+	case !st.Current:
+		logger.Warn().Str("image", st.Ref).Str("version", st.Version).Str("want", sandbox.ImageVersion).Msg("the sandbox image is not the version this pybox expects; rebuild it with `sudo pybox image build`")
+	}
+}
+
+func serveStdio(ctx context.Context, mcp *mcpserver.MCPServer, cfg config, stdin io.Reader, stdout io.Writer, logger zerolog.Logger) error {
+	workers := min(100, cfg.maxConcurrent+cfg.maxQueue+1)
+	s := mcpserver.NewStdioServer(mcp)
+	s.SetErrorLogger(log.New(zerologWriter{logger}, "", 0))
+	mcpserver.WithWorkerPoolSize(workers)(s)
+	return s.Listen(ctx, stdin, stdout)
+}
+
+// zerologWriter carries the MCP library's own log lines into ours.
+type zerologWriter struct{ l zerolog.Logger }
+
+func (z zerologWriter) Write(p []byte) (int, error) {
+	z.l.Warn().Str("source", "mcp").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func serveHTTP(ctx context.Context, mcp *mcpserver.MCPServer, cfg config, logger zerolog.Logger) error {
+	mux := http.NewServeMux()
+	auth := bearerAuth(cfg.authToken)
+	switch cfg.transport {
+	case "http":
+		h := mcpserver.NewStreamableHTTPServer(mcp, mcpserver.WithEndpointPath("/mcp"))
+		mux.Handle("/mcp", auth(h))
+	case "sse":
+		s := mcpserver.NewSSEServer(mcp)
+		mux.Handle("/sse", auth(s.SSEHandler()))
+		mux.Handle("/message", auth(s.MessageHandler()))
+	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(zerologWriter{logger}, "", 0),
+	}
+	logger.Info().Str("addr", ln.Addr().String()).Bool("auth", cfg.authToken != "").Msg("listening")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	_ = srv.Close() // streams that did not end in time
+	return nil
+}
+
+// checkExposure refuses to serve HTTP off loopback without a token.
+func checkExposure(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: %v", addr, err)
+	}
+	if token != "" || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--addr %s is reachable from other machines and no token is set: anyone who reaches it could run code. Set PYBOX_AUTH_TOKEN (or --auth-token), or bind 127.0.0.1", addr)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// bearerAuth requires "Authorization: Bearer <token>" when token is set.
+func bearerAuth(token string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if token == "" {
+			return next
+		}
+		want := []byte("Bearer " + token)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="pybox"`)
+				http.Error(w, "pybox: missing or wrong bearer token", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

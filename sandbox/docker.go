@@ -1,0 +1,404 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// This file is the only one that imports the Docker module: the rest of the
+// package speaks to the engine through [engine], in the package's own types.
+
+// engine is the subset of the Docker API that the sandbox uses.
+type engine interface {
+	// Create makes a stopped container from spec and returns its id.
+	Create(ctx context.Context, spec containerSpec) (string, error)
+	// Attach connects to the container's stdin, stdout and stderr. It must
+	// be called before Start so no output is missed.
+	Attach(ctx context.Context, id string) (stream, error)
+	Start(ctx context.Context, id string) error
+	Kill(ctx context.Context, id string) error
+	// Wait blocks until the container is not running.
+	Wait(ctx context.Context, id string) (exitCode int, err error)
+	Inspect(ctx context.Context, id string) (containerState, error)
+	Remove(ctx context.Context, id string) error
+	// List returns the containers, running or not, that carry all labels.
+	List(ctx context.Context, labels map[string]string) ([]listedContainer, error)
+	Ping(ctx context.Context) (string, error)
+	// ImageInspect reports whether ref exists and its labels.
+	ImageInspect(ctx context.Context, ref string) (imageInfo, error)
+	ImageImport(ctx context.Context, tar io.Reader, ref string, changes []string) error
+	ServerInfo(ctx context.Context) (EngineInfo, error)
+	// Host names where the client looks for the engine, for messages.
+	Host() string
+}
+
+// stream is an attached container's standard streams.
+type stream interface {
+	// Stdin is the container's standard input.
+	Stdin() io.Writer
+	// CloseStdin closes the container's standard input.
+	CloseStdin() error
+	// Demux copies stdout and stderr until both are closed.
+	Demux(stdout, stderr io.Writer) error
+	Close() error
+}
+
+// containerSpec is everything needed to create one sandbox container.
+type containerSpec struct {
+	Image       string
+	Cmd         []string
+	Env         []string
+	User        string
+	WorkingDir  string
+	Labels      map[string]string
+	Hostname    string
+	Runtime     string
+	Network     bool
+	MemoryBytes int64
+	NanoCPUs    int64
+	PidsLimit   int64
+	ReadOnly    bool
+	Tmpfs       map[string]string
+	ShmBytes    int64
+	CapDropAll  bool
+	NoNewPrivs  bool
+	// Seccomp is the profile's JSON, "unconfined", or "" for the engine's default.
+	Seccomp   string
+	LogDriver string
+	Init      bool
+	NoFile    int64
+}
+
+type containerState struct {
+	Running   bool
+	ExitCode  int
+	OOMKilled bool
+	// Raw is the engine's inspection, for posture checks in tests.
+	Raw json.RawMessage
+}
+
+type listedContainer struct {
+	ID     string
+	Labels map[string]string
+	State  string
+}
+
+type imageInfo struct {
+	ID     string
+	Labels map[string]string
+	Size   int64
+}
+
+// EngineInfo is what the engine says about itself.
+type EngineInfo struct {
+	ServerVersion string
+	APIVersion    string
+	OS            string
+	Runtimes      []string
+	DefaultRT     string
+	CgroupVersion string
+	RuncVersion   string
+}
+
+// errImageMissing reports that the sandbox image is not present.
+var errImageMissing = errors.New("image not found")
+
+type dockerEngine struct {
+	cli *client.Client
+}
+
+// newDockerEngine returns an engine for the Docker client configuration of
+// the environment (DOCKER_HOST and friends). It does not contact the engine.
+func newDockerEngine() (*dockerEngine, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	return &dockerEngine{cli: cli}, nil
+}
+
+func (d *dockerEngine) Host() string { return d.cli.DaemonHost() }
+
+func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, error) {
+	cfg := &container.Config{
+		Image:           s.Image,
+		Cmd:             s.Cmd,
+		Env:             s.Env,
+		User:            s.User,
+		WorkingDir:      s.WorkingDir,
+		Labels:          s.Labels,
+		Hostname:        s.Hostname,
+		AttachStdin:     true,
+		AttachStdout:    true,
+		AttachStderr:    true,
+		OpenStdin:       true,
+		StdinOnce:       true,
+		NetworkDisabled: !s.Network,
+	}
+	pids := s.PidsLimit
+	swappiness := int64(0)
+	host := &container.HostConfig{
+		Runtime:        s.Runtime,
+		ReadonlyRootfs: s.ReadOnly,
+		Tmpfs:          s.Tmpfs,
+		ShmSize:        s.ShmBytes,
+		LogConfig:      container.LogConfig{Type: s.LogDriver},
+		IpcMode:        "private",
+		OomScoreAdj:    1000,
+		Resources: container.Resources{
+			Memory:           s.MemoryBytes,
+			MemorySwap:       s.MemoryBytes, // equal to Memory: no swap
+			MemorySwappiness: &swappiness,
+			NanoCPUs:         s.NanoCPUs,
+			PidsLimit:        &pids,
+		},
+	}
+	if s.NoFile > 0 {
+		host.Resources.Ulimits = append(host.Resources.Ulimits,
+			&container.Ulimit{Name: "nofile", Soft: s.NoFile, Hard: s.NoFile},
+			&container.Ulimit{Name: "core", Soft: 0, Hard: 0})
+	}
+	if !s.Network {
+		host.NetworkMode = "none"
+	}
+	if s.Init {
+		yes := true
+		host.Init = &yes
+	}
+	if s.CapDropAll {
+		host.CapDrop = []string{"ALL"}
+	}
+	if s.NoNewPrivs {
+		host.SecurityOpt = append(host.SecurityOpt, "no-new-privileges:true")
+	}
+	if s.Seccomp != "" {
+		host.SecurityOpt = append(host.SecurityOpt, "seccomp="+s.Seccomp)
+	}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return "", fmt.Errorf("%w: %s", errImageMissing, s.Image)
+		}
+		return "", err
+	}
+	return resp.ID, nil
+}
+
+type dockerStream struct {
+	conn io.Writer
+	hr   interface {
+		CloseWrite() error
+		Close()
+	}
+	r io.Reader
+}
+
+func (s *dockerStream) Stdin() io.Writer  { return s.conn }
+func (s *dockerStream) CloseStdin() error { return s.hr.CloseWrite() }
+func (s *dockerStream) Close() error      { s.hr.Close(); return nil }
+func (s *dockerStream) Demux(stdout, stderr io.Writer) error {
+	_, err := stdcopy.StdCopy(stdout, stderr, s.r)
+	return err
+}
+
+func (d *dockerEngine) Attach(ctx context.Context, id string) (stream, error) {
+	hr, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &dockerStream{conn: hr.Conn, hr: &hr, r: hr.Reader}, nil
+}
+
+func (d *dockerEngine) Start(ctx context.Context, id string) error {
+	return d.cli.ContainerStart(ctx, id, container.StartOptions{})
+}
+
+func (d *dockerEngine) Kill(ctx context.Context, id string) error {
+	err := d.cli.ContainerKill(ctx, id, "KILL")
+	if err != nil && (errdefs.IsNotFound(err) || errdefs.IsConflict(err) || strings.Contains(err.Error(), "is not running")) {
+		return nil
+	}
+	return err
+}
+
+func (d *dockerEngine) Wait(ctx context.Context, id string) (int, error) {
+	okc, errc := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case r := <-okc:
+		if r.Error != nil && r.Error.Message != "" {
+			return int(r.StatusCode), errors.New(r.Error.Message)
+		}
+		return int(r.StatusCode), nil
+	case err := <-errc:
+		return -1, err
+	}
+}
+
+func (d *dockerEngine) Inspect(ctx context.Context, id string) (containerState, error) {
+	c, raw, err := d.cli.ContainerInspectWithRaw(ctx, id, false)
+	if err != nil {
+		return containerState{}, err
+	}
+	st := containerState{Raw: raw}
+	if c.State != nil {
+		st.Running = c.State.Running
+		st.ExitCode = c.State.ExitCode
+		st.OOMKilled = c.State.OOMKilled
+	}
+	return st, nil
+}
+
+func (d *dockerEngine) Remove(ctx context.Context, id string) error {
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil && strings.Contains(err.Error(), "is already in progress") {
+		return nil
+	}
+	return err
+}
+
+func (d *dockerEngine) List(ctx context.Context, labels map[string]string) ([]listedContainer, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]listedContainer, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, listedContainer{ID: c.ID, Labels: c.Labels, State: c.State})
+	}
+	return out, nil
+}
+
+func (d *dockerEngine) Ping(ctx context.Context) (string, error) {
+	p, err := d.cli.Ping(ctx)
+	if err != nil {
+		return "", err
+	}
+	if p.APIVersion == "" {
+		return "", errors.New("engine answered without an API version")
+	}
+	d.cli.NegotiateAPIVersionPing(p)
+	return p.APIVersion, nil
+}
+
+func (d *dockerEngine) ImageInspect(ctx context.Context, ref string) (imageInfo, error) {
+	img, err := d.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return imageInfo{}, fmt.Errorf("%w: %s", errImageMissing, ref)
+		}
+		return imageInfo{}, err
+	}
+	info := imageInfo{ID: img.ID, Size: img.Size}
+	if img.Config != nil {
+		info.Labels = img.Config.Labels
+	}
+	return info, nil
+}
+
+func (d *dockerEngine) ImageImport(ctx context.Context, tar io.Reader, ref string, changes []string) error {
+	rc, err := d.cli.ImageImport(ctx, image.ImportSource{Source: tar, SourceName: "-"}, ref, image.ImportOptions{Changes: changes})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	// The engine reports progress and errors as a JSON message stream.
+	dec := json.NewDecoder(rc)
+	for {
+		var m struct {
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("reading import progress: %w", err)
+		}
+		if m.Error != "" {
+			return errors.New(m.Error)
+		}
+	}
+}
+
+func (d *dockerEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return EngineInfo{}, err
+	}
+	v, err := d.cli.ServerVersion(ctx)
+	if err != nil {
+		return EngineInfo{}, err
+	}
+	ei := EngineInfo{
+		ServerVersion: info.ServerVersion,
+		APIVersion:    v.APIVersion,
+		OS:            info.OperatingSystem,
+		DefaultRT:     info.DefaultRuntime,
+		CgroupVersion: info.CgroupVersion,
+		RuncVersion:   info.RuncCommit.ID,
+	}
+	for name := range info.Runtimes {
+		ei.Runtimes = append(ei.Runtimes, name)
+	}
+	for _, c := range v.Components {
+		if strings.EqualFold(c.Name, "runc") {
+			ei.RuncVersion = c.Version
+		}
+	}
+	return ei, nil
+}
+
+// isUnavailable reports whether err means the engine could not be reached
+// at all, as opposed to refusing one request.
+func isUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if client.IsErrConnectionFailed(err) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot connect to the Docker daemon") ||
+		strings.Contains(msg, "connection refused") ||
+		strings.Contains(msg, "no such file or directory") ||
+		strings.Contains(msg, "error during connect")
+}
+
+// isNotFound reports whether err means the engine does not know an object.
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

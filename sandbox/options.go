@@ -1,0 +1,202 @@
+package sandbox
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// The sandbox's defaults. Every one is an [Options] field whose zero value
+// selects it, and a flag of the pybox command.
+const (
+	// ImageVersion is bumped whenever the image's content or layout changes.
+	ImageVersion = "1"
+	// DefaultImage is the sandbox image the server expects.
+	DefaultImage = "pybox-sandbox:" + ImageVersion
+
+	DefaultMemoryBytes   = 256 << 20
+	DefaultNanoCPUs      = 1_000_000_000
+	DefaultPidsLimit     = 64
+	DefaultTmpfsBytes    = 64 << 20
+	DefaultShmBytes      = 16 << 20
+	DefaultUser          = "10001:10001"
+	DefaultMaxConcurrent = 4
+	DefaultMaxQueue      = 64
+	DefaultQueueTimeout  = 60 * time.Second
+	DefaultOutputLimit   = 64 << 10
+	DefaultTimeout       = 30 * time.Second
+	DefaultNoFile        = 1024
+
+	// MaxCodeBytes bounds the source of one call.
+	MaxCodeBytes = 1 << 20
+
+	// LabelManaged marks every container pybox creates.
+	LabelManaged = "pybox.managed"
+	// LabelOwner names the server process that owns a container, so that a
+	// later server can tell an orphan from a live neighbour's container.
+	LabelOwner = "pybox.owner"
+	// LabelCall carries the call's id.
+	LabelCall = "pybox.call"
+
+	// workDir is the code's working directory.
+	workDir = "/tmp"
+
+	// engineCallTimeout bounds each engine request apart from the run itself.
+	engineCallTimeout = 30 * time.Second
+	// cleanupTimeout bounds a container's removal, which runs even when the
+	// caller has gone.
+	cleanupTimeout = 20 * time.Second
+	// killGrace is how long output may still arrive after a kill.
+	killGrace = 2 * time.Second
+)
+
+// Seccomp profile selectors for [Options.Seccomp].
+const (
+	// SeccompPinned is the profile pybox ships, moby's current default.
+	SeccompPinned = "pinned"
+	// SeccompEngine leaves the choice to the engine's built-in default.
+	SeccompEngine = "engine"
+	// SeccompUnconfined turns seccomp off. Never use it for untrusted code.
+	SeccompUnconfined = "unconfined"
+)
+
+// pinnedSeccomp is the default profile of github.com/moby/profiles/seccomp
+// v0.3.0. Docker 20.10's built-in profile allows AF_VSOCK and io_uring;
+// this one denies both.
+//
+//go:embed seccomp.json
+var pinnedSeccomp string
+
+// Options configures a [Sandbox]. The zero value of every field is the
+// hardened default; set a field only to loosen or tighten it on purpose.
+type Options struct {
+	// Image is the sandbox image; "" means [DefaultImage].
+	Image string
+	// Runtime is the OCI runtime ("runc", "runsc"); "" means the engine's default.
+	Runtime string
+	// MemoryBytes is the memory limit, swap included; 0 means 256 MiB.
+	MemoryBytes int64
+	// NanoCPUs is the CPU quota in billionths of a CPU; 0 means 1 CPU.
+	NanoCPUs int64
+	// PidsLimit caps processes and threads; 0 means 64.
+	PidsLimit int64
+	// TmpfsBytes is the size of the /tmp tmpfs; 0 means 64 MiB.
+	TmpfsBytes int64
+	// Network, when true, gives the container the engine's default network.
+	Network bool
+	// WritableRoot, when true, leaves the root filesystem writable.
+	WritableRoot bool
+	// User is "uid:gid" to run as; "" means 10001:10001. Root is refused
+	// unless AllowRoot is set.
+	User string
+	// AllowRoot permits User to be root.
+	AllowRoot bool
+	// KeepCapabilities, when true, keeps the engine's default capabilities.
+	KeepCapabilities bool
+	// AllowNewPrivileges, when true, drops the no-new-privileges flag.
+	AllowNewPrivileges bool
+	// Seccomp is [SeccompPinned] (""), [SeccompEngine], [SeccompUnconfined],
+	// or the path of a JSON profile.
+	Seccomp string
+	// LogDriver is the engine's log driver for the container; "" means "none".
+	LogDriver string
+	// MaxConcurrent is how many containers may run at once; 0 means 4.
+	MaxConcurrent int
+	// MaxQueue is how many calls may wait for a slot; 0 means 64, -1 none.
+	MaxQueue int
+	// QueueTimeout is how long a call may wait for a slot; 0 means 60 s.
+	QueueTimeout time.Duration
+	// OutputLimit is the bytes kept per stream; 0 means 64 KiB.
+	OutputLimit int
+}
+
+// spec holds the resolved options.
+type resolved struct {
+	Options
+	seccomp string
+}
+
+func (o Options) resolve() (resolved, error) {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.MemoryBytes == 0 {
+		o.MemoryBytes = DefaultMemoryBytes
+	}
+	if o.NanoCPUs == 0 {
+		o.NanoCPUs = DefaultNanoCPUs
+	}
+	if o.PidsLimit == 0 {
+		o.PidsLimit = DefaultPidsLimit
+	}
+	if o.TmpfsBytes == 0 {
+		o.TmpfsBytes = DefaultTmpfsBytes
+	}
+	if o.User == "" {
+		o.User = DefaultUser
+	}
+	if o.LogDriver == "" {
+		o.LogDriver = "none"
+	}
+	if o.MaxConcurrent == 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	switch {
+	case o.MaxQueue == 0:
+		o.MaxQueue = DefaultMaxQueue
+	case o.MaxQueue < 0:
+		o.MaxQueue = 0
+	}
+	if o.QueueTimeout == 0 {
+		o.QueueTimeout = DefaultQueueTimeout
+	}
+	if o.OutputLimit == 0 {
+		o.OutputLimit = DefaultOutputLimit
+	}
+	switch {
+	case o.MemoryBytes < 16<<20:
+		return resolved{}, fmt.Errorf("memory limit %d bytes is below the 16 MiB Python needs", o.MemoryBytes)
+	case o.NanoCPUs < 0, o.PidsLimit < 0, o.TmpfsBytes < 0, o.MaxConcurrent < 0, o.OutputLimit < 0:
+		return resolved{}, fmt.Errorf("limits must not be negative")
+	}
+	if !o.AllowRoot {
+		uid, _, _ := strings.Cut(o.User, ":")
+		if uid == "0" || uid == "root" {
+			return resolved{}, fmt.Errorf("user %q is root; set AllowRoot (--allow-root) to permit it", o.User)
+		}
+	}
+	r := resolved{Options: o}
+	switch o.Seccomp {
+	case "", SeccompPinned:
+		r.seccomp = pinnedSeccomp
+	case SeccompEngine:
+		r.seccomp = ""
+	case SeccompUnconfined:
+		r.seccomp = "unconfined"
+	default:
+		b, err := os.ReadFile(o.Seccomp)
+		if err != nil {
+			return resolved{}, fmt.Errorf("seccomp profile: %w", err)
+		}
+		r.seccomp = string(b)
+	}
+	return r, nil
+}
+
+// containerEnv is the whole environment of the code: nothing of the
+// server's own environment goes in.
+func containerEnv() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + workDir,
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"MPLBACKEND=Agg",
+		"MPLCONFIGDIR=/tmp/.config/matplotlib",
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
+	}
+}

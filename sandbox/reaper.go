@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ownerID names this process: host, pid and the process's start time, so a
+// recycled pid is not mistaken for a live server.
+func ownerID() string {
+	host, _ := os.Hostname()
+	pid := os.Getpid()
+	return fmt.Sprintf("%s/%d/%s", host, pid, procStart(pid))
+}
+
+// procStart returns a process's start time in clock ticks since boot, or ""
+// where /proc does not tell.
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name may hold spaces and parentheses; fields follow the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	// After ')' come state (field 3) ... starttime is field 22 overall.
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// ownerAlive reports whether the server that owns a container still runs.
+// Containers of other hosts are never judged dead: their owner cannot be
+// seen from here.
+func ownerAlive(owner string) (alive, known bool) {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 3 {
+		return false, true
+	}
+	host, _ := os.Hostname()
+	if parts[0] != host {
+		return true, false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return false, true
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false, true
+	}
+	if parts[2] != "" && procStart(pid) != "" && procStart(pid) != parts[2] {
+		return false, true // the pid was reused
+	}
+	return true, true
+}
+
+// Reap removes the labelled containers that a server on this host left
+// behind when it died without cleaning up (SIGKILL, a crash, a power cut).
+// Containers of live servers, and of other hosts sharing the engine, are
+// left alone. It returns how many it removed.
+func (s *Sandbox) Reap(ctx context.Context) (int, error) {
+	lctx, cancel := withEngineTimeout(ctx)
+	defer cancel()
+	cs, err := s.eng.List(lctx, map[string]string{LabelManaged: "true"})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, c := range cs {
+		owner := c.Labels[LabelOwner]
+		if owner == s.owner {
+			continue
+		}
+		if alive, _ := ownerAlive(owner); alive {
+			continue
+		}
+		if err := s.eng.Remove(lctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.log.Info().Str("container", shortID(c.ID)).Str("owner", owner).Msg("removed a container left behind by an earlier server")
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+func withEngineTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, engineCallTimeout)
+}

@@ -1,0 +1,180 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pybox/pybox/sandbox"
+)
+
+// input is a checked run_python call.
+type input struct {
+	Code    string
+	Timeout time.Duration
+}
+
+// allowedFields are the input's properties, for the unknown-field message.
+var allowedFields = []string{"code", "timeout"}
+
+// parseInput checks a call's arguments. Its errors are written for the
+// model that made the call: what is wrong and what is accepted.
+func parseInput(raw any, opt Options) (input, error) {
+	var args map[string]any
+	switch a := raw.(type) {
+	case nil:
+		return input{}, errors.New(`"code" is required: pass {"code": "print(1)"}`)
+	case map[string]any:
+		args = a
+	case json.RawMessage:
+		if err := json.Unmarshal(a, &args); err != nil || args == nil {
+			return input{}, errors.New("arguments must be a JSON object with a \"code\" string")
+		}
+	default:
+		return input{}, errors.New("arguments must be a JSON object with a \"code\" string")
+	}
+	var unknown []string
+	for k := range args {
+		if !contains(allowedFields, k) {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return input{}, fmt.Errorf("unknown argument %s; the accepted ones are %s", strings.Join(unknown, ", "), strings.Join(allowedFields, ", "))
+	}
+	var in input
+	c, ok := args["code"]
+	if !ok || c == nil {
+		return input{}, errors.New(`"code" is required: the Python source to run`)
+	}
+	code, ok := c.(string)
+	if !ok {
+		return input{}, fmt.Errorf(`"code" must be a string of Python source, not %s`, jsonType(c))
+	}
+	if len(code) > sandbox.MaxCodeBytes {
+		return input{}, fmt.Errorf(`"code" is %d bytes; at most %d are accepted (send data as a file instead)`, len(code), sandbox.MaxCodeBytes)
+	}
+	if !utf8.ValidString(code) {
+		return input{}, errors.New(`"code" is not valid UTF-8`)
+	}
+	in.Code = code
+	in.Timeout = opt.DefaultTimeout
+	if t, ok := args["timeout"]; ok && t != nil {
+		secs, ok := t.(float64)
+		if !ok {
+			if n, isNum := t.(json.Number); isNum {
+				f, err := n.Float64()
+				secs, ok = f, err == nil
+			}
+		}
+		if !ok {
+			return input{}, fmt.Errorf(`"timeout" must be a number of seconds, not %s`, jsonType(t))
+		}
+		max := opt.MaxTimeout.Seconds()
+		if math.IsNaN(secs) || secs <= 0 || secs > max {
+			return input{}, fmt.Errorf(`"timeout" is %g seconds; it must be more than 0 and at most %g`, secs, max)
+		}
+		in.Timeout = time.Duration(secs * float64(time.Second))
+	}
+	return in, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64, json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func inputSchema(opt Options) json.RawMessage {
+	s := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"code": map[string]any{
+				"type":        "string",
+				"description": "Python 3 source, run as the main module (a script, not a notebook cell: print what you want to see).",
+			},
+			"timeout": map[string]any{
+				"type":             "number",
+				"description":      fmt.Sprintf("Wall-clock limit in seconds; default %g, at most %g.", opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds()),
+				"exclusiveMinimum": 0,
+				"maximum":          opt.MaxTimeout.Seconds(),
+				"default":          opt.DefaultTimeout.Seconds(),
+			},
+		},
+		"required":             []string{"code"},
+		"additionalProperties": false,
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// outputSchema describes [Output].
+var outputSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "stdout": {"type": "string", "description": "The code's standard output, with secrets redacted."},
+    "stderr": {"type": "string", "description": "The code's standard error, with secrets redacted; on a sandbox failure, what went wrong and what to do."},
+    "exit_code": {"type": "integer", "description": "The code's exit status; 124 on timeout, 137 when killed for memory, 1 when it could not run."},
+    "execution_time": {"type": "number", "description": "Seconds of wall clock the code ran."},
+    "error": {"type": "string", "enum": ["timeout", "memory_limit", "invalid_input", "sandbox_unavailable", "too_many_requests", "session_expired", "cancelled"], "description": "Why the code did not run to its own end."},
+    "truncated": {"type": "boolean", "description": "An output stream passed its cap; its head and tail are kept with a marker between them."}
+  },
+  "required": ["stdout", "stderr", "exit_code", "execution_time"]
+}`)
+
+func description(opt Options) string {
+	net := "no network access"
+	if opt.Limits.Network {
+		net = "network access"
+	}
+	mem := opt.Limits.MemoryMiB
+	if mem == 0 {
+		mem = sandbox.DefaultMemoryBytes >> 20
+	}
+	cpus := opt.Limits.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
+	out := opt.Limits.OutputBytes
+	if out == 0 {
+		out = sandbox.DefaultOutputLimit
+	}
+	return fmt.Sprintf(`Run Python 3 code in a fresh, isolated sandbox and get back stdout, stderr, exit_code and execution_time.
+
+Use it whenever an exact answer matters: arithmetic and statistics, data analysis, checking a claim or a piece of code, generating tables. Do not guess numbers you can compute.
+
+Installed: Python 3.13 with numpy, pandas, matplotlib, scipy, scikit-learn, seaborn, statsmodels, sympy, pillow, openpyxl, beautifulsoup4 and requests. Nothing can be installed (no pip).
+
+Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argument raises it up to %gs), output kept up to %d KiB per stream (head and tail). /tmp is writable; the rest of the filesystem is read-only. Every call starts from scratch: define everything you use in the same code.
+
+Print what you want to see. Check exit_code: 0 means success; otherwise read stderr (the traceback names the failing line of your code), fix the code and run it again. exit_code 124 means it timed out, 137 that it ran out of memory.`,
+		cpus, mem, net, opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds(), out>>10)
+}
+

@@ -1,0 +1,208 @@
+// Package server exposes the sandbox to MCP clients as the run_python tool.
+//
+// It owns the tool's schemas, checks each call's input, and shapes every
+// outcome (a clean run, a crash, a timeout, a dead engine, bad input, a
+// panic in the server itself) into the same four fields: stdout, stderr,
+// exit_code and execution_time. A call never ends as a JSON-RPC error; a
+// failure to run goes back in-band with isError, so the model can correct
+// itself.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/rs/zerolog"
+
+	"github.com/pybox/pybox/redact"
+	"github.com/pybox/pybox/sandbox"
+)
+
+// ToolName is the name of the tool.
+const ToolName = "run_python"
+
+// Runner runs one call's code. [sandbox.Sandbox] is the real one.
+type Runner interface {
+	Run(ctx context.Context, req sandbox.Request) sandbox.Result
+}
+
+// Options configures [New].
+type Options struct {
+	// Runner runs the code; required.
+	Runner Runner
+	// Redactor cleans everything that leaves; nil redacts nothing.
+	Redactor *redact.Redactor
+	// Logger receives one info line per call.
+	Logger zerolog.Logger
+	// DefaultTimeout applies when a call gives none; 0 means 30 s.
+	DefaultTimeout time.Duration
+	// MaxTimeout is the largest timeout a call may ask for; 0 means 300 s.
+	MaxTimeout time.Duration
+	// Version is the server's version, told to clients.
+	Version string
+	// Limits describe the sandbox for the tool's description.
+	Limits Limits
+}
+
+// Limits are the sandbox's limits as the tool's description states them.
+type Limits struct {
+	MemoryMiB   int64
+	CPUs        float64
+	OutputBytes int
+	Network     bool
+}
+
+// Output is the tool's structured result: the contract's fields.
+type Output struct {
+	Stdout        string  `json:"stdout"`
+	Stderr        string  `json:"stderr"`
+	ExitCode      int     `json:"exit_code"`
+	ExecutionTime float64 `json:"execution_time"`
+	Error         string  `json:"error,omitempty"`
+	Truncated     bool    `json:"truncated,omitempty"`
+}
+
+// New returns an MCP server with the run_python tool registered.
+func New(opt Options) *mcpserver.MCPServer {
+	if opt.DefaultTimeout <= 0 {
+		opt.DefaultTimeout = sandbox.DefaultTimeout
+	}
+	if opt.MaxTimeout <= 0 {
+		opt.MaxTimeout = 300 * time.Second
+	}
+	if opt.MaxTimeout < opt.DefaultTimeout {
+		opt.MaxTimeout = opt.DefaultTimeout
+	}
+	if opt.Version == "" {
+		opt.Version = "dev"
+	}
+	s := mcpserver.NewMCPServer("pybox", opt.Version,
+		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithInstructions("pybox runs Python code in a throwaway, locked-down sandbox with the scientific stack installed. Use run_python to compute exact numbers, analyse data, make charts and check claims; read exit_code and stderr and fix the code when it fails."),
+	)
+	h := &handler{opt: opt}
+	s.AddTool(h.tool(), h.call)
+	return s
+}
+
+type handler struct {
+	opt Options
+}
+
+func (h *handler) tool() mcp.Tool {
+	t := mcp.NewToolWithRawSchema(ToolName, description(h.opt), inputSchema(h.opt))
+	t.RawOutputSchema = outputSchema
+	t.Annotations = mcp.ToolAnnotation{
+		Title:           "Run Python in a sandbox",
+		ReadOnlyHint:    mcp.ToBoolPtr(true),
+		DestructiveHint: mcp.ToBoolPtr(false),
+		IdempotentHint:  mcp.ToBoolPtr(false),
+		OpenWorldHint:   mcp.ToBoolPtr(h.opt.Limits.Network),
+	}
+	return t
+}
+
+// call is the tool handler. Whatever happens inside, including a panic, it
+// returns the four fields and no Go error.
+func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mcp.CallToolResult, _ error) {
+	callID := sandbox.NewID()[:16]
+	start := time.Now()
+	var out Output
+	var cause error
+	defer func() {
+		if p := recover(); p != nil {
+			h.opt.Logger.Error().Str("call", callID).
+				Str("panic", h.opt.Redactor.String(fmt.Sprint(p))).
+				Str("stack", string(debug.Stack())).Msg("panic in run_python; answered with sandbox_unavailable")
+			out = Output{
+				Stderr:   "pybox: an internal error stopped this call (it was logged). The code may not have run; try again.",
+				ExitCode: sandbox.ExitInternal,
+				Error:    string(sandbox.ErrSandboxUnavailable),
+			}
+			result = h.result(out)
+		}
+		ev := h.opt.Logger.Info()
+		if out.Error == string(sandbox.ErrSandboxUnavailable) {
+			ev = h.opt.Logger.Warn()
+		}
+		ev = ev.Str("call", callID).
+			Dur("duration", time.Since(start)).
+			Float64("execution_time", out.ExecutionTime).
+			Int("exit_code", out.ExitCode).
+			Int("stdout_bytes", len(out.Stdout)).
+			Int("stderr_bytes", len(out.Stderr)).
+			Bool("truncated", out.Truncated).
+			Str("error", out.Error)
+		if cause != nil {
+			ev = ev.Str("cause", h.opt.Redactor.String(cause.Error()))
+		}
+		ev.Msg(ToolName)
+	}()
+
+	in, err := parseInput(req.GetRawArguments(), h.opt)
+	if err != nil {
+		out = Output{
+			Stderr:   "pybox: invalid input: " + err.Error(),
+			ExitCode: sandbox.ExitNotRun,
+			Error:    string(sandbox.ErrInvalidInput),
+		}
+		return h.result(out), nil
+	}
+	if h.opt.Logger.Debug().Enabled() {
+		h.opt.Logger.Debug().Str("call", callID).Str("code", h.opt.Redactor.String(in.Code)).Msg("run_python code")
+	}
+	res := h.opt.Runner.Run(ctx, sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID})
+	cause = res.Cause
+	out = FromResult(res, h.opt.Redactor)
+	return h.result(out), nil
+}
+
+// FromResult shapes a sandbox result into the tool's output, redacted.
+func FromResult(res sandbox.Result, rd *redact.Redactor) Output {
+	return Output{
+		Stdout:        rd.String(res.Stdout),
+		Stderr:        rd.String(res.Stderr),
+		ExitCode:      res.ExitCode,
+		ExecutionTime: roundSeconds(res.Duration),
+		Error:         string(res.Error),
+		Truncated:     res.Truncated,
+	}
+}
+
+// roundSeconds gives seconds with microsecond precision, never zero for a
+// run that happened.
+func roundSeconds(d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	s := float64(d.Microseconds()) / 1e6
+	if s == 0 {
+		s = 1e-6
+	}
+	return s
+}
+
+// isErrorKinds are the kinds meaning the code could not be run.
+var isErrorKinds = map[string]bool{
+	string(sandbox.ErrInvalidInput):       true,
+	string(sandbox.ErrSandboxUnavailable): true,
+	string(sandbox.ErrTooManyRequests):    true,
+	string(sandbox.ErrSessionExpired):     true,
+	string(sandbox.ErrCancelled):          true,
+}
+
+func (h *handler) result(out Output) *mcp.CallToolResult {
+	text, err := json.Marshal(out)
+	if err != nil {
+		// Output holds only strings and numbers; this cannot happen.
+		text = []byte(`{"stdout":"","stderr":"pybox: could not encode the result","exit_code":1,"execution_time":0}`)
+	}
+	r := mcp.NewToolResultStructured(out, string(text))
+	r.IsError = isErrorKinds[out.Error]
+	return r
+}
