@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/docker/go-units v0.5.0
+	github.com/google/go-cmp v0.7.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/rs/zerolog v1.35.1
 )

@@ -50,6 +50,8 @@ type rule struct {
 	re   *regexp.Regexp
 	// keep is the number of the group kept before the replacement (0: none).
 	keep int
+	// suffix is literal text put back after the replacement.
+	suffix string
 }
 
 // defaultRules are the token shapes found without being told.
@@ -66,7 +68,7 @@ var defaultRules = []rule{
 	{kind: "stripe_key", re: regexp.MustCompile(`\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}`)},
 	{kind: "jwt", re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)},
 	{kind: "bearer_token", re: regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*`), keep: 1},
-	{kind: "url_credentials", re: regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]{1,20}://[^/\s:@"'<>]{1,256}:)[^@\s/"'<>]{1,256}@`), keep: 1},
+	{kind: "url_credentials", re: regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]{1,20}://[^/\s:@"'<>]{1,256}:)[^@\s/"'<>]{1,256}@`), keep: 1, suffix: "@"},
 }
 
 // New builds a Redactor. Build one and share it: building is the costly part.
@@ -145,7 +147,7 @@ func (r *Redactor) String(s string) string {
 		}
 		repl := "[REDACTED:" + ru.kind + "]"
 		if ru.keep > 0 {
-			s = ru.re.ReplaceAllString(s, "${"+itoa(ru.keep)+"}"+strings.ReplaceAll(repl, "$", "$$"))
+			s = ru.re.ReplaceAllString(s, "${"+itoa(ru.keep)+"}"+strings.ReplaceAll(repl+ru.suffix, "$", "$$"))
 		} else {
 			s = ru.re.ReplaceAllLiteralString(s, repl)
 		}

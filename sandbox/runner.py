@@ -45,6 +45,7 @@ def _pybox_run():
     except (SyntaxError, ValueError) as exc:
         # As Python reports a syntax error in a script: no traceback header,
         # no frame of ours.
+        exc.__traceback__ = None
         sys.excepthook(type(exc), exc, None)
         sys.stderr.flush()
         sys.exit(1)

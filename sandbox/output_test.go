@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"unicode/utf8"
+)
+
+func TestCapWriter(t *testing.T) {
+	tests := []struct {
+		name      string
+		limit     int
+		in        string
+		want      string
+		truncated bool
+	}{
+		{name: "empty", limit: 10, in: "", want: ""},
+		{name: "fits", limit: 10, in: "hello", want: "hello"},
+		{name: "exactly", limit: 10, in: "0123456789", want: "0123456789"},
+		{name: "head and tail", limit: 10, in: "0123456789abcdefghij", want: "01234\n[... pybox: 10 bytes omitted; the first 5 and last 5 bytes are shown ...]\nfghij", truncated: true},
+		{name: "cut character dropped at head", limit: 6, in: "ab€cdefghijklmnop", want: "ab\n[... pybox: 15 bytes omitted; the first 2 and last 0 bytes are shown ...]\n", truncated: true},
+		{name: "invalid bytes replaced", limit: 100, in: "a\xffb", want: "a\uFFFDb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// One byte at a time, so a marker or a character split across
+			// writes is covered.
+			w := newCapWriter(tt.limit)
+			if _, err := io.Copy(w, iotest.OneByteReader(strings.NewReader(tt.in))); err != nil {
+				t.Fatal(err)
+			}
+			got, trunc := w.Text()
+			if tt.name == "cut character dropped at head" {
+				// The tail's 3 bytes are "nop": check the head side only.
+				if !strings.HasPrefix(got, "ab\n[... pybox: ") || !trunc {
+					t.Errorf("Text() = %q, %v; want head %q without the cut €", got, trunc, "ab")
+				}
+				return
+			}
+			if got != tt.want || trunc != tt.truncated {
+				t.Errorf("Text() = %q, %v; want %q, %v", got, trunc, tt.want, tt.truncated)
+			}
+			if w.Total() != int64(len(tt.in)) {
+				t.Errorf("Total() = %d; want %d", w.Total(), len(tt.in))
+			}
+		})
+	}
+}
+
+func TestCapWriterBigWrites(t *testing.T) {
+	w := newCapWriter(1000)
+	for i := 0; i < 100; i++ {
+		w.Write(bytes.Repeat([]byte{byte('a' + i%26)}, 777))
+	}
+	got, trunc := w.Text()
+	if !trunc || !strings.HasPrefix(got, strings.Repeat("a", 500)) || !strings.HasSuffix(got, strings.Repeat("v", 500)) {
+		t.Errorf("Text() = %.60q...%.60q; want 500 a's, a marker and 500 v's", got, got[len(got)-60:])
+	}
+	if cap(w.tail) > 4*1000 {
+		t.Errorf("tail buffer grew to %d bytes; want it bounded", cap(w.tail))
+	}
+}
+
+func FuzzCapWriter(f *testing.F) {
+	f.Add([]byte("hello world"), 4, 3)
+	f.Add([]byte("€€€€€€€€"), 5, 1)
+	f.Add([]byte{0xff, 0xfe, 0xc3}, 2, 2)
+	f.Fuzz(func(t *testing.T, data []byte, limit, chunk int) {
+		if limit < 0 || limit > 1<<16 || chunk <= 0 || chunk > 64 {
+			return
+		}
+		w := newCapWriter(limit)
+		for p := data; len(p) > 0; {
+			n := min(chunk, len(p))
+			w.Write(p[:n])
+			p = p[n:]
+		}
+		got, trunc := w.Text()
+		if !utf8.ValidString(got) {
+			t.Fatalf("Text() is not valid UTF-8: %q", got)
+		}
+		if !trunc && len(data) > max(limit, 2) {
+			t.Fatalf("%d bytes through a %d limit not truncated", len(data), limit)
+		}
+		if !trunc && utf8.Valid(data) && got != string(data) {
+			t.Fatalf("Text() = %q; want the input %q", got, data)
+		}
+		if trunc && len(got) > 3*max(limit, 2)+200 {
+			t.Fatalf("kept %d bytes for a %d limit", len(got), limit)
+		}
+	})
+}

@@ -1,0 +1,248 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/pybox/pybox/internal/testenv"
+	"github.com/pybox/pybox/redact"
+	"github.com/pybox/pybox/sandbox"
+)
+
+// fakeRunner returns a fixed result, or panics: the server's own error
+// paths, which no real engine produces on demand.
+type fakeRunner struct {
+	res   sandbox.Result
+	panic bool
+	got   []sandbox.Request
+}
+
+func (f *fakeRunner) Run(_ context.Context, req sandbox.Request) sandbox.Result {
+	f.got = append(f.got, req)
+	if f.panic {
+		panic("boom with sk-ant-api03-" + strings.Repeat("A", 40))
+	}
+	return f.res
+}
+
+// connect starts srv and returns an initialized in-process client.
+func connect(t *testing.T, opt Options) *client.Client {
+	t.Helper()
+	c, err := client.NewInProcessClient(New(opt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func call(t *testing.T, c *client.Client, args any) (*mcp.CallToolResult, Output) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = ToolName
+	req.Params.Arguments = args
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatalf("CallTool(%v) returned a protocol error: %v; want an in-band result", args, err)
+	}
+	var out Output
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	if len(res.Content) == 0 {
+		t.Fatal("no text content")
+	}
+	text, ok := res.Content[0].(mcp.TextContent)
+	if !ok {
+		t.Fatalf("first content is %T; want text", res.Content[0])
+	}
+	var fromText Output
+	if err := json.Unmarshal([]byte(text.Text), &fromText); err != nil {
+		t.Fatalf("text block %q is not the JSON result: %v", text.Text, err)
+	}
+	if diff := cmp.Diff(out, fromText); diff != "" {
+		t.Errorf("text block differs from structuredContent (-structured +text):\n%s", diff)
+	}
+	// The four fields are always present.
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"stdout", "stderr", "exit_code", "execution_time"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("structuredContent lacks %q: %s", k, b)
+		}
+	}
+	return res, out
+}
+
+func TestToolSchemas(t *testing.T) {
+	c := connect(t, Options{Runner: &fakeRunner{}})
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != ToolName {
+		t.Fatalf("tools = %v; want run_python alone", tools.Tools)
+	}
+	b, _ := json.Marshal(tools.Tools[0])
+	var tool struct {
+		Description  string
+		InputSchema  map[string]any
+		OutputSchema map[string]any
+	}
+	json.Unmarshal(b, &tool)
+	if tool.InputSchema["type"] != "object" || tool.OutputSchema["type"] != "object" {
+		t.Errorf("schemas: input %v, output %v", tool.InputSchema, tool.OutputSchema)
+	}
+	req, _ := tool.OutputSchema["required"].([]any)
+	if diff := cmp.Diff([]any{"stdout", "stderr", "exit_code", "execution_time"}, req); diff != "" {
+		t.Errorf("output schema required (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(tool.Description, "exit_code") || !strings.Contains(tool.Description, "pandas") {
+		t.Errorf("description does not tell the model what it needs: %q", tool.Description)
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	r := &fakeRunner{}
+	c := connect(t, Options{Runner: r, MaxTimeout: 60 * time.Second})
+	tests := []struct {
+		name string
+		args any
+		want string
+	}{
+		{"no arguments", nil, `"code" is required`},
+		{"no code", map[string]any{"timeout": 3}, `"code" is required`},
+		{"code not a string", map[string]any{"code": 42}, `"code" must be a string`},
+		{"timeout a string", map[string]any{"code": "1", "timeout": "5"}, `"timeout" must be a number`},
+		{"timeout above max", map[string]any{"code": "1", "timeout": 61}, "at most 60"},
+		{"timeout zero", map[string]any{"code": "1", "timeout": 0}, "more than 0"},
+		{"timeout negative", map[string]any{"code": "1", "timeout": -1}, "more than 0"},
+		{"unknown field", map[string]any{"code": "1", "timout": 5}, `unknown argument "timout"`},
+		{"code too big", map[string]any{"code": strings.Repeat("#", sandbox.MaxCodeBytes+1)}, "at most"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, out := call(t, c, tt.args)
+			if !res.IsError || out.Error != "invalid_input" || out.ExitCode != 1 {
+				t.Errorf("isError %v, error %q, exit %d; want true, invalid_input, 1", res.IsError, out.Error, out.ExitCode)
+			}
+			if !strings.Contains(out.Stderr, tt.want) {
+				t.Errorf("stderr %q; want it to say %q", out.Stderr, tt.want)
+			}
+		})
+	}
+	if len(r.got) != 0 {
+		t.Errorf("the runner ran %d bad inputs", len(r.got))
+	}
+}
+
+func TestResultShaping(t *testing.T) {
+	tests := []struct {
+		name    string
+		res     sandbox.Result
+		isError bool
+		want    Output
+	}{
+		{
+			name: "ran and failed",
+			res:  sandbox.Result{Stderr: "Traceback", ExitCode: 1, Duration: 1500 * time.Millisecond},
+			want: Output{Stderr: "Traceback", ExitCode: 1, ExecutionTime: 1.5},
+		},
+		{
+			name: "timeout is not isError",
+			res:  sandbox.Result{Stdout: "x", ExitCode: 124, Error: sandbox.ErrTimeout, Duration: 2 * time.Second, Truncated: true},
+			want: Output{Stdout: "x", ExitCode: 124, ExecutionTime: 2, Error: "timeout", Truncated: true},
+		},
+		{
+			name:    "engine down is isError",
+			res:     sandbox.Result{Stderr: "pybox: the Docker engine did not answer", ExitCode: 1, Error: sandbox.ErrSandboxUnavailable},
+			isError: true,
+			want:    Output{Stderr: "pybox: the Docker engine did not answer", ExitCode: 1, Error: "sandbox_unavailable"},
+		},
+		{
+			name: "secrets redacted",
+			res:  sandbox.Result{Stdout: "key=sk-ant-api03-" + strings.Repeat("b", 40) + "\n", Duration: time.Millisecond},
+			want: Output{Stdout: "key=[REDACTED:anthropic_api_key]\n", ExecutionTime: 0.001},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := connect(t, Options{Runner: &fakeRunner{res: tt.res}, Redactor: redact.New(redact.Options{})})
+			res, out := call(t, c, map[string]any{"code": "print(1)"})
+			if res.IsError != tt.isError {
+				t.Errorf("isError = %v; want %v", res.IsError, tt.isError)
+			}
+			if diff := cmp.Diff(tt.want, out); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPanicBecomesFourFields(t *testing.T) {
+	var logs bytes.Buffer
+	rd := redact.New(redact.Options{})
+	c := connect(t, Options{Runner: &fakeRunner{panic: true}, Redactor: rd, Logger: zerolog.New(&logs)})
+	res, out := call(t, c, map[string]any{"code": "print(1)"})
+	if !res.IsError || out.Error != "sandbox_unavailable" || out.ExitCode != 1 || out.Stderr == "" {
+		t.Errorf("after a panic: isError %v, %+v; want the four fields with sandbox_unavailable", res.IsError, out)
+	}
+	if strings.Contains(logs.String(), "sk-ant-api03-AAAA") {
+		t.Errorf("the panic's secret reached the log: %s", logs.String())
+	}
+	// The server still serves.
+	if _, out := call(t, c, map[string]any{"code": 1}); out.Error != "invalid_input" {
+		t.Errorf("after a panic the server answered %+v", out)
+	}
+}
+
+func TestLogLineHasNoCodeOrOutput(t *testing.T) {
+	var logs bytes.Buffer
+	r := &fakeRunner{res: sandbox.Result{Stdout: "OUTPUT-MARKER", Duration: time.Millisecond}}
+	c := connect(t, Options{Runner: r, Logger: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+	call(t, c, map[string]any{"code": "print('CODE-MARKER')"})
+	line := logs.String()
+	for _, w := range []string{`"call":`, `"exit_code":0`, `"stdout_bytes":13`, `"duration":`} {
+		if !strings.Contains(line, w) {
+			t.Errorf("log line %q lacks %s", line, w)
+		}
+	}
+	if strings.Contains(line, "CODE-MARKER") || strings.Contains(line, "OUTPUT-MARKER") {
+		t.Errorf("log line carries code or output: %s", line)
+	}
+}
+
+func TestRealEngineThroughMCP(t *testing.T) {
+	image := testenv.Image(sandbox.DefaultImage)
+	testenv.Engine(t, image)
+	sb, err := sandbox.New(sandbox.Options{Image: image}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	c := connect(t, Options{Runner: sb, Redactor: redact.New(redact.Options{})})
+	res, out := call(t, c, map[string]any{"code": "print(round(47/1283*100, 3))", "timeout": 20})
+	if res.IsError || out.Stdout != "3.663\n" || out.ExitCode != 0 || out.ExecutionTime <= 0 {
+		t.Errorf("got isError %v, %+v; want stdout 3.663, exit 0, positive time", res.IsError, out)
+	}
+}
