@@ -177,4 +177,3 @@ Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argumen
 Print what you want to see. Check exit_code: 0 means success; otherwise read stderr (the traceback names the failing line of your code), fix the code and run it again. exit_code 124 means it timed out, 137 that it ran out of memory.`,
 		cpus, mem, net, opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds(), out>>10)
 }
-

@@ -278,4 +278,3 @@ func (rw redactingWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
