@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test.sh: run every test of pybox against a real Docker engine.
+# Installs and starts what the tests need (engine, image, the TypeScript SDK
+# client), then runs `go test` on every package, one package at a time since
+# several tests watch the engine's whole container list. Engine tests fail
+# rather than skip here. Prints how many tests ran and how many used the
+# real engine.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/prepare.sh
+
+echo "test: installing the TypeScript SDK client (npm ci)" >&2
+npm ci --prefix testdata/interop --no-audit --no-fund --silent >/dev/null
+
+export PYBOX_REQUIRE_ENGINE=1
+if [ "$(id -u)" = 0 ] && pgrep -x dockerd >/dev/null 2>&1; then
+  export PYBOX_TEST_ENGINE_CONTROL=1
+fi
+PYBOX_ENGINE_LOG="$(mktemp)"
+export PYBOX_ENGINE_LOG
+log="$(mktemp)"
+trap 'rm -f "$PYBOX_ENGINE_LOG" "$log"' EXIT
+
+echo "test: go vet" >&2
+go vet ./...
+
+echo "test: go test -p 1 -count=1 -v ./..." >&2
+set +e
+go test -p 1 -count=1 -timeout 30m -v ./... 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+passed=$(grep -cE '^\s*--- PASS' "$log" || true)
+failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
+skipped=$(grep -cE '^\s*--- SKIP' "$log" || true)
+engine=$(sort -u "$PYBOX_ENGINE_LOG" | wc -l)
+echo
+echo "tests that used the real Docker engine: $engine"
+if [ "$skipped" -gt 0 ]; then
+  echo "skipped:"; grep -E '^\s*--- SKIP' "$log" || true
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+if [ "$status" -ne 0 ]; then
+  exit "$status"
+fi
+if [ -n "${CI:-}" ] && [ "$skipped" -gt 0 ]; then
+  echo "test: tests were skipped in CI; every test must run here" >&2
+  exit 1
+fi
+if [ "$engine" -eq 0 ]; then
+  echo "test: no test used the real engine" >&2
+  exit 1
+fi
