@@ -239,6 +239,13 @@ func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zer
 	}
 }
 
+// logging builds the redactor and the logger that passes through it.
+func (c *config) logging(stderr io.Writer) (*redact.Redactor, zerolog.Logger, error) {
+	rd := c.redactor()
+	logger, err := c.newLogger(stderr, rd)
+	return rd, logger, err
+}
+
 // newLogger logs to stderr only: stdout is the protocol in stdio mode.
 // Every message passes through the redactor.
 func (c *config) newLogger(stderr io.Writer, rd *redact.Redactor) (zerolog.Logger, error) {

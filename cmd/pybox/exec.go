@@ -27,8 +27,7 @@ func cmdExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintln(stderr, "pybox exec:", err)
 		return 2
 	}
-	rd := cfg.redactor()
-	logger, err := cfg.newLogger(stderr, rd)
+	rd, logger, err := cfg.logging(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2

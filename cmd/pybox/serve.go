@@ -32,8 +32,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "pybox serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	rd := cfg.redactor()
-	logger, err := cfg.newLogger(stderr, rd)
+	rd, logger, err := cfg.logging(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
