@@ -187,7 +187,7 @@ func TestResultShaping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := connect(t, Options{Runner: &fakeRunner{res: tt.res}, Redactor: redact.New(redact.Options{})})
+			c := connect(t, Options{Runner: &fakeRunner{res: tt.res}, Redactor: redact.MustNew(redact.Options{})})
 			res, out := call(t, c, map[string]any{"code": "print(1)"})
 			if res.IsError != tt.isError {
 				t.Errorf("isError = %v; want %v", res.IsError, tt.isError)
@@ -201,7 +201,7 @@ func TestResultShaping(t *testing.T) {
 
 func TestPanicBecomesFourFields(t *testing.T) {
 	var logs bytes.Buffer
-	rd := redact.New(redact.Options{})
+	rd := redact.MustNew(redact.Options{})
 	c := connect(t, Options{Runner: &fakeRunner{panic: true}, Redactor: rd, Logger: zerolog.New(&logs)})
 	res, out := call(t, c, map[string]any{"code": "print(1)"})
 	if !res.IsError || out.Error != "sandbox_unavailable" || out.ExitCode != 1 || out.Stderr == "" {
@@ -240,7 +240,7 @@ func TestRealEngineThroughMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sb.Close(context.Background()) })
-	c := connect(t, Options{Runner: sb, Redactor: redact.New(redact.Options{})})
+	c := connect(t, Options{Runner: sb, Redactor: redact.MustNew(redact.Options{})})
 	res, out := call(t, c, map[string]any{"code": "print(round(47/1283*100, 3))", "timeout": 20})
 	if res.IsError || out.Stdout != "3.663\n" || out.ExitCode != 0 || out.ExecutionTime <= 0 {
 		t.Errorf("got isError %v, %+v; want stdout 3.663, exit 0, positive time", res.IsError, out)

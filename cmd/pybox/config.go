@@ -52,7 +52,11 @@ type config struct {
 	outputLimit   byteSize
 
 	// Redaction.
-	redactValues stringList
+	redactValues      stringList
+	redactPatterns    stringList
+	redactDisable     stringList
+	redactFile        string
+	redactDecodeDepth int
 }
 
 // byteSize is a flag value such as 256m or 64KiB.
@@ -116,6 +120,10 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	cfg.outputLimit = sandbox.DefaultOutputLimit
 	fs.Var(&cfg.outputLimit, "output-limit", "output kept per stream (head and tail)")
 	fs.Var(&cfg.redactValues, "redact-value", "a secret value to redact from all output (repeatable; comma-separated in PYBOX_REDACT_VALUE)")
+	fs.Var(&cfg.redactPatterns, "redact-pattern", "KIND=REGEX: redact what REGEX matches as [REDACTED:KIND] (repeatable); a group named secret narrows it")
+	fs.Var(&cfg.redactDisable, "redact-disable", "a redaction rule to turn off: a pybox kind or a gitleaks rule id, or gitleaks for all of them (repeatable)")
+	fs.StringVar(&cfg.redactFile, "redact-file", "", `JSON file of {"values": [...], "patterns": [{"kind", "regex"}], "disable": [...]}`)
+	fs.IntVar(&cfg.redactDecodeDepth, "redact-decode-depth", redact.DefaultDecodeDepth, "decoding passes (base64, hex, percent) before gitleaks' rules; 0 for none")
 	return fs
 }
 
@@ -218,8 +226,29 @@ func (c *config) validate() error {
 	return nil
 }
 
-func (c *config) redactor() *redact.Redactor {
-	return redact.New(redact.Options{Values: c.redactValues, Environ: os.Environ()})
+func (c *config) redactor() (*redact.Redactor, error) {
+	opt := redact.Options{
+		Values:      c.redactValues,
+		Environ:     os.Environ(),
+		Disable:     c.redactDisable,
+		DecodeDepth: c.redactDecodeDepth,
+	}
+	if c.redactDecodeDepth == 0 {
+		opt.DecodeDepth = -1 // the flag's 0 means no decoding
+	}
+	for _, p := range c.redactPatterns {
+		kind, re, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("--redact-pattern %q: want KIND=REGEX", p)
+		}
+		opt.Patterns = append(opt.Patterns, redact.Pattern{Kind: kind, Regex: re})
+	}
+	if c.redactFile != "" {
+		if err := redact.LoadFile(c.redactFile, &opt); err != nil {
+			return nil, fmt.Errorf("--redact-file: %w", err)
+		}
+	}
+	return redact.New(opt)
 }
 
 func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zerolog.Logger) server.Options {
@@ -241,7 +270,10 @@ func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zer
 
 // logging builds the redactor and the logger that passes through it.
 func (c *config) logging(stderr io.Writer) (*redact.Redactor, zerolog.Logger, error) {
-	rd := c.redactor()
+	rd, err := c.redactor()
+	if err != nil {
+		return nil, zerolog.Nop(), err
+	}
 	logger, err := c.newLogger(stderr, rd)
 	return rd, logger, err
 }
