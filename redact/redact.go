@@ -125,7 +125,7 @@ type Redactor struct {
 	keywords        *ahocorasick.Trie
 	keywordRules    map[int64][]int
 	gitleaksKeyword map[int64]bool
-	det   *detect.Detector
+	det             *detect.Detector
 }
 
 type rule struct {
@@ -716,4 +716,3 @@ func widenToMarkers(s string, start, end int) (int, int) {
 	}
 	return start, end
 }
-

@@ -243,4 +243,3 @@ func BenchmarkRedact1MiB(b *testing.B) {
 		})
 	}
 }
-

@@ -106,7 +106,9 @@ var generators = []generator{
 	}},
 	{"shopify-access-token", func(g gen, _ string, _ int) (string, string) { return "shpat_" + g.from(hexd, 32), "" }},
 	{"digitalocean-pat", func(g gen, _ string, _ int) (string, string) { return "dop_v1_" + g.from(hexd, 64), "" }},
-	{"huggingface-access-token", func(g gen, _ string, _ int) (string, string) { return "hf_" + g.from(lower+"ABCDEFGHIJKLMNOPQRSTUVWXYZ", 34), "" }},
+	{"huggingface-access-token", func(g gen, _ string, _ int) (string, string) {
+		return "hf_" + g.from(lower+"ABCDEFGHIJKLMNOPQRSTUVWXYZ", 34), ""
+	}},
 	{"databricks-api-token", func(g gen, _ string, _ int) (string, string) { return "dapi" + g.from(hexd, 32), "" }},
 	{"linear-api-key", func(g gen, _ string, _ int) (string, string) { return "lin_api_" + g.from(alnum, 40), "" }},
 	{"postman-api-token", func(g gen, _ string, _ int) (string, string) {
