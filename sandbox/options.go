@@ -110,6 +110,10 @@ type Options struct {
 	QueueTimeout time.Duration
 	// OutputLimit is the bytes kept per stream; 0 means 64 KiB.
 	OutputLimit int
+	// Redact, when set, cleans each stream before it is cut to
+	// OutputLimit, so a secret is never cut in two at the truncation
+	// marker. It must be safe for concurrent use.
+	Redact func(string) string
 }
 
 // spec holds the resolved options.

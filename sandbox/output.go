@@ -7,28 +7,47 @@ import (
 	"unicode/utf8"
 )
 
-// capWriter keeps the first head bytes and the last tail bytes written to
-// it and counts the rest, so a program can print without end while the
-// server's memory stays bounded. The end of a stream matters most (a
-// traceback ends there), so both ends are kept. It is safe for concurrent
-// use.
+// capWriter keeps the first bytes and the last bytes written to it and
+// counts the rest, so a program can print without end while the server's
+// memory stays bounded. The end of a stream matters most (a traceback ends
+// there), so both ends are kept.
+//
+// With a redactor, each end is kept with a margin past the part shown, and
+// redacted whole before it is cut to size: a secret that crosses the cut is
+// replaced whole, so no part of it is shown at the marker. It is safe for
+// concurrent use.
 type capWriter struct {
-	mu      sync.Mutex
-	headCap int
-	tailCap int
-	head    []byte
-	tail    []byte // the last bytes, at most 2*tailCap before compaction
-	total   int64
+	mu       sync.Mutex
+	showHead int // bytes shown from the start
+	showTail int // bytes shown from the end
+	headCap  int // showHead plus the margin
+	tailCap  int // showTail plus the margin
+	head     []byte
+	tail     []byte // the last bytes, at most 2*tailCap before compaction
+	total    int64
+	redact   func(string) string
 }
 
-// newCapWriter returns a writer keeping limit bytes in all: half from the
-// start of the stream and half from its end.
-func newCapWriter(limit int) *capWriter {
+// redactMargin is the context kept beyond what is shown so that a secret
+// crossing the cut is seen whole by the redactor. Secrets are shorter:
+// the longest, a 4096-bit RSA private key, is about 3.3 KB.
+const redactMargin = 16 << 10
+
+// newCapWriter returns a writer showing limit bytes in all, half from the
+// start of the stream and half from its end. redact, when not nil, cleans
+// the text before it is cut.
+func newCapWriter(limit int, redact func(string) string) *capWriter {
 	if limit < 2 {
 		limit = 2
 	}
 	h := limit / 2
-	return &capWriter{headCap: h, tailCap: limit - h}
+	w := &capWriter{showHead: h, showTail: limit - h, redact: redact}
+	w.headCap, w.tailCap = w.showHead, w.showTail
+	if redact != nil {
+		w.headCap += redactMargin
+		w.tailCap += redactMargin
+	}
+	return w
 }
 
 // Write never fails, so the copy that feeds it never stops early.
@@ -64,26 +83,74 @@ func (w *capWriter) Total() int64 {
 	return w.total
 }
 
-// Text returns what was kept as valid UTF-8: the whole stream when it fit,
-// otherwise head and tail joined by a marker that says how much is missing.
-// A character cut at either edge of the gap is dropped, not mangled.
+// Text returns what was kept as valid UTF-8, redacted: the whole stream
+// when it fits, otherwise head and tail joined by a marker that says how
+// much is missing.
 func (w *capWriter) Text() (text string, truncated bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	clean := func(s string) string {
+		s = validUTF8(s)
+		if w.redact != nil {
+			s = w.redact(s)
+		}
+		return s
+	}
 	tail := w.tail
 	if len(tail) > w.tailCap {
 		tail = tail[len(tail)-w.tailCap:]
 	}
-	kept := int64(len(w.head) + len(tail))
-	if kept == w.total {
-		return validUTF8(string(w.head) + string(tail)), false
+	var head, end string
+	if int64(len(w.head)+len(tail)) == w.total {
+		// All of it is here: redact it whole, then cut if it is too long.
+		all := clean(string(w.head) + string(tail))
+		if len(all) <= w.showHead+w.showTail {
+			return all, false
+		}
+		head, end = all, all
+	} else {
+		head, end = clean(string(w.head)), clean(string(tail))
 	}
-	head := trimIncompleteEnd(w.head)
-	tail = trimIncompleteStart(tail)
-	omitted := w.total - int64(len(head)) - int64(len(tail))
-	marker := fmt.Sprintf("\n[... pybox: %d bytes omitted; the first %d and last %d bytes are shown ...]\n",
-		omitted, len(head), len(tail))
-	return validUTF8(string(head)) + marker + validUTF8(string(tail)), true
+	head = cutHead(head, w.showHead)
+	end = cutTail(end, w.showTail)
+	omitted := w.total - int64(len(head)) - int64(len(end))
+	marker := fmt.Sprintf("\n[... pybox: output truncated, %d bytes omitted; the first %d and last %d bytes are shown ...]\n",
+		max(omitted, 0), len(head), len(end))
+	return validUTF8(head + marker + end), true
+}
+
+const redactedPrefix = "[REDACTED:"
+
+// cutHead returns at most n bytes from the start of s, never cutting a
+// character or a redaction marker in two.
+func cutHead(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	if i := strings.LastIndex(s[max(0, cut-96):cut], redactedPrefix); i >= 0 {
+		i += max(0, cut-96)
+		if j := strings.IndexByte(s[i:], ']'); j < 0 || i+j >= cut {
+			cut = i
+		}
+	}
+	return string(trimIncompleteEnd([]byte(s[:cut])))
+}
+
+// cutTail returns at most n bytes from the end of s, never cutting a
+// character or a redaction marker in two.
+func cutTail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - n
+	if i := strings.LastIndex(s[max(0, cut-96):cut], redactedPrefix); i >= 0 {
+		i += max(0, cut-96)
+		if j := strings.IndexByte(s[i:], ']'); j >= 0 && i+j >= cut {
+			cut = i + j + 1
+		}
+	}
+	return string(trimIncompleteStart([]byte(s[cut:])))
 }
 
 // validUTF8 replaces each invalid byte sequence with U+FFFD.
@@ -116,10 +183,9 @@ func trimIncompleteEnd(b []byte) []byte {
 // trimIncompleteStart drops continuation bytes at the start of b, left over
 // from a character whose first bytes were cut away.
 func trimIncompleteStart(b []byte) []byte {
-	for i := 0; i < utf8.UTFMax && i < len(b); i++ {
-		if utf8.RuneStart(b[i]) {
-			return b[i:]
-		}
+	i := 0
+	for i < utf8.UTFMax-1 && i < len(b) && !utf8.RuneStart(b[i]) {
+		i++
 	}
-	return b
+	return b[i:]
 }

@@ -203,8 +203,8 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	}
 	defer st.Close()
 
-	stdout := newCapWriter(s.opt.OutputLimit)
-	stderr := newCapWriter(s.opt.OutputLimit)
+	stdout := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
+	stderr := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
 	copied := make(chan error, 1)
 	go func() { copied <- st.Demux(stdout, stderr) }()
 

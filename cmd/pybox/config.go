@@ -171,7 +171,7 @@ func usage(fs *flag.FlagSet, w io.Writer, head string) {
 	})
 }
 
-func (c *config) sandboxOptions() sandbox.Options {
+func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 	rt := c.runtime
 	if rt == "runc" {
 		rt = "" // the engine's default, which is runc unless configured otherwise
@@ -195,6 +195,7 @@ func (c *config) sandboxOptions() sandbox.Options {
 		MaxQueue:           queueOption(c.maxQueue),
 		QueueTimeout:       c.queueTimeout,
 		OutputLimit:        int(c.outputLimit),
+		Redact:             rd.String,
 	}
 }
 

@@ -32,7 +32,7 @@ func cmdExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
 	}
-	sb, err := sandbox.New(cfg.sandboxOptions(), logger)
+	sb, err := sandbox.New(cfg.sandboxOptions(rd), logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2

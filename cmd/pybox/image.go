@@ -37,7 +37,7 @@ func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if done, code := parseCommand(fs, args, stdout, stderr, head, &cfg); done {
 		return code
 	}
-	sb, err := sandbox.New(cfg.sandboxOptions(), zerolog.Nop())
+	sb, err := sandbox.New(cfg.sandboxOptions(nil), zerolog.Nop())
 	if err != nil {
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2

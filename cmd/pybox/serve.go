@@ -50,7 +50,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 2
 	}
 
-	sb, err := sandbox.New(cfg.sandboxOptions(), logger)
+	sb, err := sandbox.New(cfg.sandboxOptions(rd), logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
