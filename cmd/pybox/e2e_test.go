@@ -379,6 +379,11 @@ func TestExecExitStatusAndEnvTwins(t *testing.T) {
 			}
 		}},
 		{"code from stdin", nil, []string{"exec", "-"}, 0, nil},
+		{"redaction flags and variables", []string{"PYBOX_REDACT_VALUE=flag-known-value-1,flag-known-value-2"}, []string{"exec", "--redact-pattern", "employee=EMP-[0-9]{6}", "--redact-disable", "url_credentials", "-c", "print('EMP-123456 flag-known-value-2 ftp://u:pw123@h')"}, 0, func(t *testing.T, out map[string]any) {
+			if out["stdout"] != "[REDACTED:employee] [REDACTED:known_secret] ftp://u:pw123@h\n" {
+				t.Errorf("stdout %q", out["stdout"])
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
