@@ -376,7 +376,7 @@ func (d *dockerEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
 // isUnavailable reports whether err means the engine could not be reached
 // at all, as opposed to refusing one request.
 func isUnavailable(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	if client.IsErrConnectionFailed(err) {

@@ -189,7 +189,7 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 			s.removeByCall(ctx, req.CallID)
 			return failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled before it ran.")
 		}
-		return s.engineFailure(err)
+		return s.engineFailure(ctx, err)
 	}
 	res.ContainerID = id
 	s.track(id)
@@ -199,7 +199,7 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	st, err := s.eng.Attach(actx, id)
 	cancel()
 	if err != nil {
-		return s.engineFailure(err)
+		return s.engineFailure(ctx, err)
 	}
 	defer st.Close()
 
@@ -212,7 +212,7 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	err = s.eng.Start(sctx, id)
 	cancel()
 	if err != nil {
-		return s.engineFailure(err)
+		return s.engineFailure(ctx, err)
 	}
 
 	payload, err := json.Marshal(map[string]any{"code": req.Code})
@@ -286,7 +286,7 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	case werr == nil:
 		res.ExitCode = code
 	default:
-		return s.engineFailure(errors.Join(werr, ierr))
+		return s.engineFailure(ctx, errors.Join(werr, ierr))
 	}
 	if state.OOMKilled || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
 		res.ExitCode = ExitKilled
@@ -306,9 +306,11 @@ func appendNote(stream, note string) string {
 }
 
 // engineFailure turns an engine error into a result that says what to do.
-func (s *Sandbox) engineFailure(err error) Result {
+func (s *Sandbox) engineFailure(ctx context.Context, err error) Result {
 	host := s.eng.Host()
 	switch {
+	case ctx.Err() != nil:
+		return failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled.")
 	case errors.Is(err, errImageMissing):
 		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
 			"pybox: the sandbox image %s is not on the Docker engine at %s. Build it with `pybox image build` (Debian with debootstrap, as root), or `docker build -t %s sandbox/image` where images can be pulled; `pybox doctor` checks the setup.",
