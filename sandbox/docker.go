@@ -68,6 +68,9 @@ type containerSpec struct {
 	Hostname    string
 	Runtime     string
 	Network     bool
+	// NetworkMode, when set, overrides the mode Network selects (tests
+	// use "host" for control runs).
+	NetworkMode string
 	MemoryBytes int64
 	NanoCPUs    int64
 	PidsLimit   int64
@@ -112,6 +115,9 @@ type EngineInfo struct {
 	DefaultRT     string
 	CgroupVersion string
 	RuncVersion   string
+	// SecurityOptions are the engine's security features ("name=seccomp,...",
+	// "name=userns", ...).
+	SecurityOptions []string
 }
 
 // errImageMissing reports that the sandbox image is not present.
@@ -174,6 +180,10 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 	}
 	if !s.Network {
 		host.NetworkMode = "none"
+	}
+	if s.NetworkMode != "" {
+		host.NetworkMode = container.NetworkMode(s.NetworkMode)
+		cfg.NetworkDisabled = false
 	}
 	if s.Init {
 		yes := true
@@ -359,8 +369,9 @@ func (d *dockerEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
 		APIVersion:    v.APIVersion,
 		OS:            info.OperatingSystem,
 		DefaultRT:     info.DefaultRuntime,
-		CgroupVersion: info.CgroupVersion,
-		RuncVersion:   info.RuncCommit.ID,
+		CgroupVersion:   info.CgroupVersion,
+		RuncVersion:     info.RuncCommit.ID,
+		SecurityOptions: info.SecurityOptions,
 	}
 	for name := range info.Runtimes {
 		ei.Runtimes = append(ei.Runtimes, name)

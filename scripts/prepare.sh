@@ -2,6 +2,7 @@
 # prepare.sh: everything a first run needs, idempotent. Sourced or run by
 # quickstart.sh and test.sh.
 #   - a Docker engine that answers (installs docker.io and starts dockerd as root)
+#   - gVisor's runsc registered with it, as root (PYBOX_NO_GVISOR=1 skips it)
 #   - the pybox binary at bin/pybox
 #   - the sandbox image (built from Debian packages when missing)
 set -euo pipefail
@@ -10,6 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf 'prepare: %s\n' "$*" >&2; }
 
 bash scripts/ensure-docker.sh
+if [ "${PYBOX_NO_GVISOR:-}" = "" ] && [ "$(id -u)" = 0 ]; then
+  bash scripts/ensure-gvisor.sh
+fi
 
 log "building bin/pybox"
 mkdir -p bin

@@ -17,7 +17,7 @@ import (
 const wallsProbe = `
 import os, socket
 status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-ifaces = sorted(os.listdir("/sys/class/net"))
+ifaces = sorted(n for _, n in socket.if_nameindex())
 ro = False
 try:
     open("/pybox-probe", "w")
@@ -26,8 +26,8 @@ except OSError:
 print("uid", os.getuid())
 print("ifaces", ",".join(ifaces))
 print("capeff", status["CapEff"].strip())
-print("nonewprivs", status["NoNewPrivs"].strip())
-print("seccomp", status["Seccomp"].strip())
+print("nonewprivs", status.get("NoNewPrivs", "?").strip())
+print("seccomp", status.get("Seccomp", "?").strip())
 print("readonly", ro)
 `
 
@@ -68,6 +68,9 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	info, err := sb.EngineInfo(ctx)
 	check(err == nil, "api", fmt.Sprintf("API %s, engine %s, runc %s, cgroup v%s", api, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
+	for _, a := range info.Advisories(cfg.runtime) {
+		fmt.Fprintf(stdout, "note %-10s %s\n", "security", a)
+	}
 	rt := cfg.runtime
 	check(slices.Contains(info.Runtimes, rt), "runtime", fmt.Sprintf("%q wanted; the engine has %s", rt, strings.Join(info.Runtimes, ", ")),
 		fmt.Sprintf("register %q in /etc/docker/daemon.json under \"runtimes\" and reload dockerd (SIGHUP), or use --runtime runc", rt))
@@ -94,16 +97,16 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			if walls["uid"] == "0" {
 				bad = append(bad, "runs as root")
 			}
-			if !cfg.network && walls["ifaces"] != "lo" {
+			if !cfg.network && walls["ifaces"] != "lo" && walls["ifaces"] != "" {
 				bad = append(bad, "network interfaces "+walls["ifaces"])
 			}
 			if cfg.capDropAll && walls["capeff"] != "0000000000000000" {
 				bad = append(bad, "capabilities "+walls["capeff"])
 			}
-			if cfg.noNewPrivs && walls["nonewprivs"] != "1" {
+			if cfg.noNewPrivs && walls["nonewprivs"] != "1" && !(cfg.runtime == "runsc" && walls["nonewprivs"] == "?") {
 				bad = append(bad, "no-new-privileges off")
 			}
-			if cfg.seccomp != sandbox.SeccompUnconfined && walls["seccomp"] != "2" {
+			if cfg.seccomp != sandbox.SeccompUnconfined && walls["seccomp"] != "2" && !(cfg.runtime == "runsc" && walls["seccomp"] == "?") {
 				bad = append(bad, "no seccomp filter")
 			}
 			if cfg.readOnly && walls["readonly"] != "True" {

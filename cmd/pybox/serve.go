@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
 	}
-	startupChecks(ctx, sb, logger)
+	startupChecks(ctx, sb, cfg.runtime, logger)
 	mcp := server.New(cfg.serverOptions(sb, rd, logger))
 
 	logger.Info().Str("transport", cfg.transport).Str("version", version()).
@@ -83,10 +84,22 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // startupChecks logs what a first call would trip over, and removes the
 // containers of a server that died; it never stops the server, which keeps
 // answering with sandbox_unavailable until the engine and image are there.
-func startupChecks(ctx context.Context, sb *sandbox.Sandbox, logger zerolog.Logger) {
+func startupChecks(ctx context.Context, sb *sandbox.Sandbox, runtime string, logger zerolog.Logger) {
 	if _, err := sb.Ping(ctx); err != nil {
 		logger.Warn().Err(err).Msg("the Docker engine does not answer; calls will fail with sandbox_unavailable until it does (run `pybox doctor`)")
 		return
+	}
+	if info, err := sb.EngineInfo(ctx); err == nil {
+		for _, a := range info.Advisories(runtime) {
+			if strings.HasPrefix(a, "stronger isolation") {
+				logger.Info().Msg(a)
+			} else {
+				logger.Warn().Msg(a)
+			}
+		}
+		if runtime != "runc" && !slices.Contains(info.Runtimes, runtime) {
+			logger.Warn().Str("runtime", runtime).Strs("engine_runtimes", info.Runtimes).Msg("the engine has no such runtime; calls will fail with sandbox_unavailable (scripts/ensure-gvisor.sh registers runsc)")
+		}
 	}
 	if n, err := sb.Reap(ctx); err != nil {
 		logger.Warn().Err(err).Msg("could not list containers left by earlier servers")
