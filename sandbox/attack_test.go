@@ -128,7 +128,9 @@ except OSError as e:
 			code: func(attackEnv) string {
 				return "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
 			},
-			check: func(_ *testing.T, _ attackEnv, res Result, el time.Duration) error { return ranWithin(res, el, 15*time.Second) },
+			check: func(_ *testing.T, _ attackEnv, res Result, el time.Duration) error {
+				return ranWithin(res, el, 15*time.Second)
+			},
 		},
 		{
 			name: "memory bomb", threat: "resource exhaustion", outcome: "killed at 256 MiB: exit 137, memory_limit",

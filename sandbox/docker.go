@@ -59,15 +59,15 @@ type stream interface {
 
 // containerSpec is everything needed to create one sandbox container.
 type containerSpec struct {
-	Image       string
-	Cmd         []string
-	Env         []string
-	User        string
-	WorkingDir  string
-	Labels      map[string]string
-	Hostname    string
-	Runtime     string
-	Network     bool
+	Image      string
+	Cmd        []string
+	Env        []string
+	User       string
+	WorkingDir string
+	Labels     map[string]string
+	Hostname   string
+	Runtime    string
+	Network    bool
 	// NetworkMode, when set, overrides the mode Network selects (tests
 	// use "host" for control runs).
 	NetworkMode string
@@ -365,10 +365,10 @@ func (d *dockerEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
 		return EngineInfo{}, err
 	}
 	ei := EngineInfo{
-		ServerVersion: info.ServerVersion,
-		APIVersion:    v.APIVersion,
-		OS:            info.OperatingSystem,
-		DefaultRT:     info.DefaultRuntime,
+		ServerVersion:   info.ServerVersion,
+		APIVersion:      v.APIVersion,
+		OS:              info.OperatingSystem,
+		DefaultRT:       info.DefaultRuntime,
 		CgroupVersion:   info.CgroupVersion,
 		RuncVersion:     info.RuncCommit.ID,
 		SecurityOptions: info.SecurityOptions,
