@@ -659,7 +659,7 @@ func cisFaults(raw []byte, runtime string) []string {
 	fail(h.UTSMode != "host", "5.21 no host UTS namespace", h.UTSMode)
 	fail(h.UsernsMode != "host", "5.31 no host user namespace", h.UsernsMode)
 	fail(h.ReadonlyRootfs, "5.13 read-only root", h.ReadonlyRootfs)
-	fail(len(h.CapAdd) == 0 && slices.Contains(h.CapDrop, "ALL"), "5.4 capabilities dropped", h.CapDrop)
+	fail(slices.Equal(h.CapAdd, supervisorCaps) && slices.Contains(h.CapDrop, "ALL"), "5.4 capabilities dropped (the supervisor's four kept)", h.CapAdd)
 	fail(nnp, "5.26 no-new-privileges", h.SecurityOpt)
 	fail(seccomp, "5.22 seccomp not unconfined", h.SecurityOpt)
 	fail(h.Memory > 0, "5.11 memory limited", h.Memory)
@@ -671,7 +671,10 @@ func cisFaults(raw []byte, runtime string) []string {
 	fail(h.RestartPolicy.Name == "" || h.RestartPolicy.Name == "no", "5.15 no restart", h.RestartPolicy.Name)
 	fail(h.OomKillDisable == nil || !*h.OomKillDisable, "OOM killer on", h.OomKillDisable)
 	fail(len(h.PortBindings) == 0 && !h.PublishAllPorts, "5.8 no published ports", h.PortBindings)
-	fail(in.Config.User != "" && in.Config.User != "0" && !strings.HasPrefix(in.Config.User, "0:") && in.Config.User != "root", "4.1 non-root user", in.Config.User)
+	// 4.1: the container's first process is the supervisor, root with four
+	// capabilities; the code runs as uid 10001 with none, which the
+	// "capability escalation" and "setuid escalation" attacks check inside.
+	fail(in.Config.User == "0:0", "4.1 the supervisor alone is root", in.Config.User)
 	fail(in.Config.Labels[LabelManaged] == "true", "labelled", in.Config.Labels)
 	fail(h.LogConfig.Type == "none", "log driver off", h.LogConfig.Type)
 	want := runtime

@@ -78,6 +78,7 @@ type containerSpec struct {
 	Tmpfs       map[string]string
 	ShmBytes    int64
 	CapDropAll  bool
+	CapAdd      []string
 	NoNewPrivs  bool
 	// Seccomp is the profile's JSON, "unconfined", or "" for the engine's default.
 	Seccomp   string
@@ -191,6 +192,7 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 	}
 	if s.CapDropAll {
 		host.CapDrop = []string{"ALL"}
+		host.CapAdd = s.CapAdd
 	}
 	if s.NoNewPrivs {
 		host.SecurityOpt = append(host.SecurityOpt, "no-new-privileges:true")

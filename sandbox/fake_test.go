@@ -71,3 +71,5 @@ func TestOptionsRefuseRoot(t *testing.T) {
 		t.Errorf("resolve() with AllowRoot: %v", err)
 	}
 }
+
+func nopLogger() zerolog.Logger { return zerolog.Nop() }

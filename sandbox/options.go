@@ -32,6 +32,14 @@ const (
 	// MaxCodeBytes bounds the source of one call.
 	MaxCodeBytes = 1 << 20
 
+	DefaultMaxInputBytes      = 10 << 20
+	DefaultMaxInputFileBytes  = 10 << 20
+	DefaultMaxInputFiles      = 100
+	DefaultMaxOutputFiles     = 50
+	DefaultMaxOutputFileBytes = 10 << 20
+	DefaultMaxOutputBytes     = 20 << 20
+	DefaultOutputsTmpfsBytes  = 64 << 20
+
 	// LabelManaged marks every container pybox creates.
 	LabelManaged = "pybox.managed"
 	// LabelOwner names the server process that owns a container, so that a
@@ -110,6 +118,20 @@ type Options struct {
 	QueueTimeout time.Duration
 	// OutputLimit is the bytes kept per stream; 0 means 64 KiB.
 	OutputLimit int
+	// MaxInputBytes bounds the files of one call together; 0 means 10 MiB.
+	MaxInputBytes int
+	// MaxInputFileBytes bounds one input file; 0 means 10 MiB.
+	MaxInputFileBytes int
+	// MaxInputFiles bounds the number of input files; 0 means 100.
+	MaxInputFiles int
+	// MaxOutputFiles bounds the output files that come back; 0 means 50.
+	MaxOutputFiles int
+	// MaxOutputFileBytes bounds one output file; 0 means 10 MiB.
+	MaxOutputFileBytes int
+	// MaxOutputBytes bounds the output files together; 0 means 20 MiB.
+	MaxOutputBytes int
+	// OutputsTmpfsBytes is the size of /mnt/outputs; 0 means 64 MiB.
+	OutputsTmpfsBytes int64
 	// Redact, when set, cleans each stream before it is cut to
 	// OutputLimit, so a secret is never cut in two at the truncation
 	// marker. It must be safe for concurrent use.
@@ -159,6 +181,21 @@ func (o Options) resolve() (resolved, error) {
 	if o.OutputLimit == 0 {
 		o.OutputLimit = DefaultOutputLimit
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{
+		{&o.MaxInputBytes, DefaultMaxInputBytes}, {&o.MaxInputFileBytes, DefaultMaxInputFileBytes},
+		{&o.MaxInputFiles, DefaultMaxInputFiles}, {&o.MaxOutputFiles, DefaultMaxOutputFiles},
+		{&o.MaxOutputFileBytes, DefaultMaxOutputFileBytes}, {&o.MaxOutputBytes, DefaultMaxOutputBytes},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if o.OutputsTmpfsBytes == 0 {
+		o.OutputsTmpfsBytes = DefaultOutputsTmpfsBytes
+	}
 	switch {
 	case o.MemoryBytes < 16<<20:
 		return resolved{}, fmt.Errorf("memory limit %d bytes is below the 16 MiB Python needs", o.MemoryBytes)
@@ -188,6 +225,10 @@ func (o Options) resolve() (resolved, error) {
 	}
 	return r, nil
 }
+
+// supervisorCaps are the capabilities the runner's supervisor keeps to
+// start the worker as User and to signal it; the worker drops them all.
+var supervisorCaps = []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}
 
 // containerEnv is the whole environment of the code: nothing of the
 // server's own environment goes in.

@@ -1,12 +1,182 @@
 import sys
 
 
-def _pybox_run():
-    # The in-container runner. It reads one JSON request line from stdin,
-    # then runs the user's code as __main__ so that tracebacks, sys.argv,
+def _pybox_supervisor():
+    # The in-container runner, in two processes.
+    #
+    # The supervisor starts as root with four capabilities (SETUID, SETGID,
+    # SETPCAP, KILL) and keeps the container's standard streams. It forks
+    # the worker, which drops to uid 10001 with no capability at all before
+    # any of the user's code runs. The supervisor writes the call's input
+    # files (root-owned, so the code cannot write over them), hands the code
+    # to the worker, relays the worker's output, and ends the call with a
+    # marker that holds a nonce made after the fork: the code cannot read the
+    # supervisor's memory (another uid, not dumpable), so it cannot forge the
+    # end of its own output.
+    #
+    # Protocol, server to supervisor (stdin): one JSON line per request.
+    # Supervisor to server (stdout): "PYBOX-READY <nonce>\n", the code's
+    # stdout, then "\0PYBOX-END <nonce>\n", a JSON trailer line, and the
+    # output files as a tar stream of the trailer's "archive" bytes.
+    import base64
+    import ctypes
+    import json
+    import os
+    import select
+    import signal
+
+    uid = int(os.environ.get("PYBOX_UID", "10001"))
+    gid = int(os.environ.get("PYBOX_GID", str(uid)))
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
+    out_max = int(os.environ.get("PYBOX_OUTPUT_MAX", str(24 << 20)))
+
+    def preimport(names):
+        for name in names:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+
+    preimport([n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n])
+
+    # Pipes to the worker: code in, stdout, stderr, outputs and status out.
+    code_r, code_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    arc_r, arc_w = os.pipe()
+    st_r, st_w = os.pipe()
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(code_w)
+            os.close(out_r)
+            os.close(err_r)
+            os.close(arc_r)
+            os.close(st_r)
+            devnull = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (devnull, out_w, err_w):
+                os.close(fd)
+            keep = {0, 1, 2, code_r, arc_w, st_w}
+            for fd in range(3, 256):
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            for name in ("PYBOX_UID", "PYBOX_GID", "PYBOX_OUTPUT_MAX", "PYBOX_PREIMPORT"):
+                os.environ.pop(name, None)
+            if uid != 0:
+                _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP)
+            _pybox_worker(code_r, arc_w, st_w, out_max)
+        except BaseException as exc:  # never return into the supervisor's code
+            try:
+                os.write(2, ("pybox: the sandbox's worker failed: %r\n" % (exc,)).encode())
+            finally:
+                os._exit(1)
+        os._exit(0)
+
+    for fd in (code_r, out_w, err_w, arc_w, st_w):
+        os.close(fd)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    nonce = base64.b16encode(os.urandom(16)).decode().lower()
+    os.write(1, ("PYBOX-READY %s\n" % nonce).encode())
+
+    line = sys.stdin.buffer.readline()
+    try:
+        req = json.loads(line)
+    except Exception as exc:
+        os.write(2, ("pybox: bad request to the sandbox runner: %r\n" % (exc,)).encode())
+        os._exit(1)
+    for f in req.get("files") or []:
+        path = os.path.join("/mnt/user-data", f["path"])
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        data = base64.b64decode(f["data"])
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+    code = json.dumps({"code": req.get("code", "")}).encode() + b"\n"
+
+    # Relay until the worker is done, feeding it the code on the way.
+    pending = {out_r: 1, err_r: 2}
+    archive = bytearray()
+    status = bytearray()
+    live = [out_r, err_r, arc_r, st_r]
+    writing = code
+    while live or writing:
+        wlist = [code_w] if writing else []
+        r, w, _ = select.select(live, wlist, [])
+        if w:
+            try:
+                n = os.write(code_w, writing[:65536])
+                writing = writing[n:]
+            except OSError:
+                writing = b""
+            if not writing:
+                os.close(code_w)
+        for fd in r:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                live.remove(fd)
+                os.close(fd)
+                continue
+            if fd in pending:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(pending[fd], view):]
+            elif fd == arc_r:
+                if len(archive) <= out_max:
+                    archive += data
+            elif len(status) < 4096:
+                status += data
+    _, wstatus = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(wstatus):
+        exit_code = 128 + os.WTERMSIG(wstatus)
+    else:
+        exit_code = os.WEXITSTATUS(wstatus)
+    trailer = {"exit_code": exit_code, "archive": len(archive)}
+    try:
+        trailer["worker"] = json.loads(bytes(status) or b"{}")
+    except Exception:
+        trailer["worker"] = {"malformed": True}
+    end = b"\0PYBOX-END " + nonce.encode() + b"\n" + json.dumps(trailer).encode() + b"\n"
+    for chunk in (end, bytes(archive)):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(1, view):]
+    os._exit(exit_code)
+
+
+def _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP):
+    # Drop every capability from the bounding set, then become uid and gid:
+    # the change of uid from root empties the permitted and effective sets.
+    import os
+
+    last = int(open("/proc/sys/kernel/cap_last_cap").read().strip() or "40")
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+    if os.getuid() != uid or os.geteuid() != uid or int(status["CapEff"].strip(), 16) != 0:
+        raise RuntimeError("could not drop privileges")
+
+
+def _pybox_worker(code_r, arc_w, st_w, out_max):
+    # Runs the user's code as __main__ so that tracebacks, sys.argv,
     # sys.path and __main__ look as they would for `python3 main.py` in the
-    # working directory. Nothing of this function stays reachable from the
-    # user's globals.
+    # working directory; then sends the output files. Nothing of this
+    # function stays reachable from the user's globals.
     import builtins
     import io
     import json
@@ -40,15 +210,11 @@ def _pybox_run():
         new = io.TextIOWrapper(_FullWriter(fd), encoding=old.encoding, errors=old.errors, write_through=True)
         setattr(sys, name, new)
         setattr(sys, "__%s__" % name, new)
+    sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
 
-    line = sys.stdin.buffer.readline()
-    try:
-        req = json.loads(line)
-        source = req["code"]
-    except Exception as exc:  # a malformed request is the server's bug
-        sys.stderr.write("pybox: bad request to the sandbox runner: %r\n" % (exc,))
-        sys.stderr.flush()
-        os._exit(1)
+    with os.fdopen(code_r, "rb") as f:
+        req = json.loads(f.readline())
+    source = req["code"]
 
     filename = "main.py"
     cwd = os.getcwd()
@@ -67,31 +233,179 @@ def _pybox_run():
     sys.argv[:] = [filename]
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    _pybox_install_backend()
 
+    status = {}
+    exit_code = 0
     try:
-        code = compile(source, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        # As Python reports a syntax error in a script: no traceback header,
-        # no frame of ours.
-        exc.__traceback__ = None
-        sys.excepthook(type(exc), exc, None)
-        sys.stderr.flush()
-        sys.exit(1)
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            # As Python reports a syntax error in a script: no traceback
+            # header, no frame of ours.
+            exc.__traceback__ = None
+            sys.excepthook(type(exc), exc, None)
+            exit_code = 1
+        else:
+            del req, source, lines
+            try:
+                exec(code, main.__dict__)
+            except SystemExit as exc:
+                exit_code = _pybox_exit_code(exc)
+            except BaseException as exc:
+                tb = exc.__traceback__
+                # Drop this runner's own frame: the first is always ours.
+                if tb is not None and tb.tb_frame.f_code is _pybox_worker.__code__:
+                    tb = tb.tb_next
+                exc.__traceback__ = tb
+                sys.excepthook(type(exc), exc, tb)
+                exit_code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        try:
+            import threading
+            threading._shutdown()  # join non-daemon threads, as the interpreter would
+        except Exception:
+            pass
+        # Before the exit functions: pyplot registers one that closes all
+        # figures.
+        _pybox_save_figures()
+        try:
+            import atexit
+            atexit._run_exitfuncs()
+        except Exception:
+            pass
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        status = _pybox_send_outputs(arc_w, out_max)
+    finally:
+        try:
+            os.write(st_w, json.dumps(status).encode())
+        except Exception:
+            pass
+        os._exit(exit_code)
 
-    del line, req, source, lines
+
+def _pybox_exit_code(exc):
+    # What the interpreter does with SystemExit at the top level.
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
     try:
-        exec(code, main.__dict__)
-    except SystemExit:
-        raise
-    except BaseException as exc:
-        tb = exc.__traceback__
-        # Drop this runner's own frame: the first is always ours.
-        if tb is not None and tb.tb_frame.f_code is _pybox_run.__code__:
-            tb = tb.tb_next
-        exc.__traceback__ = tb
-        sys.excepthook(type(exc), exc, tb)
-        sys.stderr.flush()
-        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
 
 
-_pybox_run()
+class _PyboxBackendFinder:
+    # Imports "pybox_backend", a matplotlib backend like the notebook's
+    # inline one: Agg for drawing, and show() saves every open figure to
+    # /mnt/outputs and closes it. Found only when matplotlib asks for it.
+    def find_spec(self, name, path=None, target=None):
+        if name != "pybox_backend":
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        from matplotlib.backend_bases import FigureManagerBase
+        from matplotlib.backends import backend_agg
+
+        module.FigureCanvas = backend_agg.FigureCanvasAgg
+        module.FigureManager = FigureManagerBase
+
+        def show(*args, **kwargs):
+            _pybox_save_figures()
+
+        module.show = show
+
+
+def _pybox_install_backend():
+    import os
+
+    sys.meta_path.append(_PyboxBackendFinder())
+    os.environ["MPLBACKEND"] = "module://pybox_backend"
+
+
+_pybox_figures = [0]
+
+
+def _pybox_save_figures():
+    # Save each open pyplot figure as /mnt/outputs/figure_N.png, then close it.
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            _pybox_figures[0] += 1
+            fig.savefig("/mnt/outputs/figure_%d.png" % _pybox_figures[0])
+            plt.close(fig)
+    except Exception as exc:
+        try:
+            sys.stderr.write("pybox: could not save an open figure: %r\n" % (exc,))
+        except Exception:
+            pass
+
+
+def _pybox_send_outputs(arc_w, out_max):
+    # Send the regular files under /mnt/outputs as a tar stream, within the
+    # size budget; symlinks and other special files are left out and named.
+    import io
+    import os
+    import stat
+    import tarfile
+
+    root = "/mnt/outputs"
+    skipped = []
+    count = 0
+    total = 0
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames.sort()
+            for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    skipped.append({"path": rel, "why": "not a regular file"})
+                    continue
+                count += 1
+                if count > 1000 or total + st.st_size > out_max:
+                    skipped.append({"path": rel, "why": "over the size or count budget", "size": st.st_size})
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                    with os.fdopen(fd, "rb") as f:
+                        data = f.read(out_max - total + 1)
+                except OSError as exc:
+                    skipped.append({"path": rel, "why": "unreadable: %s" % exc.strerror})
+                    continue
+                if total + len(data) > out_max:
+                    skipped.append({"path": rel, "why": "over the size budget"})
+                    continue
+                info = tarfile.TarInfo(rel)
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+                total += len(data)
+    view = memoryview(buf.getvalue())
+    while view:
+        view = view[os.write(arc_w, view):]
+    os.close(arc_w)
+    return {"skipped": skipped[:100], "skipped_count": len(skipped)}
+
+
+_pybox_supervisor()

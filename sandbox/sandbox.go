@@ -58,6 +58,16 @@ type Request struct {
 	Timeout time.Duration
 	// CallID labels the container and the logs; "" makes one up.
 	CallID string
+	// Files are written under /mnt/user-data before the code runs,
+	// read-only to it.
+	Files []InputFile
+}
+
+// InputFile is a file for the code to read.
+type InputFile struct {
+	// Path is relative to /mnt/user-data.
+	Path string
+	Data []byte
 }
 
 // Result is what happened. It is data, never a Go error: every path, from
@@ -78,6 +88,10 @@ type Result struct {
 	Cause error
 	// ContainerID is the container that ran the code, if one was made.
 	ContainerID string
+	// Files are the files the code left under /mnt/outputs.
+	Files []OutputFile
+	// FileNotes say which output files were left out and why.
+	FileNotes []string
 }
 
 // Sandbox runs code in throwaway containers. It is safe for concurrent use.
@@ -151,6 +165,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) Result {
 		return failure(ErrCancelled, errClosed, "pybox: the server is shutting down; the code did not run.")
 	default:
 	}
+	if err := s.checkFiles(req.Files); err != nil {
+		return failure(ErrInvalidInput, err, "pybox: invalid input: "+err.Error())
+	}
 	s.runs.Add(1)
 	defer s.runs.Done()
 
@@ -205,8 +222,9 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 
 	stdout := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
 	stderr := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
+	frames := newFrameWriter(stdout, s.opt.MaxOutputBytes+(1<<20))
 	copied := make(chan error, 1)
-	go func() { copied <- st.Demux(stdout, stderr) }()
+	go func() { copied <- st.Demux(frames, stderr) }()
 
 	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	err = s.eng.Start(sctx, id)
@@ -215,7 +233,11 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		return s.engineFailure(ctx, err)
 	}
 
-	payload, err := json.Marshal(map[string]any{"code": req.Code})
+	files := make([]map[string]any, 0, len(req.Files))
+	for _, f := range req.Files {
+		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
+	}
+	payload, err := json.Marshal(map[string]any{"code": req.Code, "files": files})
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
 	}
@@ -256,6 +278,8 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		}
 	}
 
+	tr, outFiles, notes := frames.finish(outputLimits{files: s.opt.MaxOutputFiles, fileBytes: s.opt.MaxOutputFileBytes, total: s.opt.MaxOutputBytes})
+	res.Files, res.FileNotes = outFiles, notes
 	res.Stdout, res.Truncated = stdout.Text()
 	var errTrunc bool
 	res.Stderr, errTrunc = stderr.Text()
@@ -287,6 +311,12 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		res.ExitCode = code
 	default:
 		return s.engineFailure(ctx, errors.Join(werr, ierr))
+	}
+	if tr != nil && tr.ExitCode != nil && !state.OOMKilled {
+		res.ExitCode = *tr.ExitCode
+	}
+	if len(res.FileNotes) > 0 {
+		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
 	}
 	if state.OOMKilled || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
 		res.ExitCode = ExitKilled
@@ -327,11 +357,19 @@ func (s *Sandbox) engineFailure(ctx context.Context, err error) Result {
 
 func (s *Sandbox) containerSpec(callID string) containerSpec {
 	o := s.opt
+	uid, gid, _ := strings.Cut(o.User, ":")
+	if gid == "" {
+		gid = uid
+	}
+	env := append(containerEnv(), "PYBOX_UID="+uid, "PYBOX_GID="+gid, fmt.Sprintf("PYBOX_OUTPUT_MAX=%d", o.MaxOutputBytes))
 	return containerSpec{
-		Image:      o.Image,
-		Cmd:        []string{"python3", "-I", "-B", "-u", "-c", runnerSource},
-		Env:        containerEnv(),
-		User:       o.User,
+		Image: o.Image,
+		Cmd:   []string{"python3", "-I", "-B", "-u", "-c", runnerSource},
+		Env:   env,
+		// The supervisor starts as root with the capabilities it needs to
+		// drop to User; the code never has any (see runner.py).
+		User:       "0:0",
+		CapAdd:     supervisorCaps,
 		WorkingDir: workDir,
 		Labels: map[string]string{
 			LabelManaged: "true",
@@ -346,7 +384,9 @@ func (s *Sandbox) containerSpec(callID string) containerSpec {
 		PidsLimit:   o.PidsLimit,
 		ReadOnly:    !o.WritableRoot,
 		Tmpfs: map[string]string{
-			"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", o.TmpfsBytes),
+			"/tmp":           fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", o.TmpfsBytes),
+			"/mnt/user-data": fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=0755", o.MaxInputBytes+(1<<20)),
+			"/mnt/outputs":   fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,uid=%s,gid=%s,mode=0755", o.OutputsTmpfsBytes, uid, gid),
 		},
 		ShmBytes:   DefaultShmBytes,
 		CapDropAll: !o.KeepCapabilities,
