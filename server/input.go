@@ -17,10 +17,11 @@ import (
 type input struct {
 	Code    string
 	Timeout time.Duration
+	Files   []sandbox.InputFile
 }
 
 // allowedFields are the input's properties, for the unknown-field message.
-var allowedFields = []string{"code", "timeout"}
+var allowedFields = []string{"code", "timeout", "files"}
 
 // parseInput checks a call's arguments. Its errors are written for the
 // model that made the call: what is wrong and what is accepted.
@@ -82,6 +83,13 @@ func parseInput(raw any, opt Options) (input, error) {
 		}
 		in.Timeout = time.Duration(secs * float64(time.Second))
 	}
+	if f, ok := args["files"]; ok && f != nil {
+		files, err := parseFiles(f)
+		if err != nil {
+			return input{}, err
+		}
+		in.Files = files
+	}
 	return in, nil
 }
 
@@ -120,6 +128,20 @@ func inputSchema(opt Options) json.RawMessage {
 				"type":        "string",
 				"description": "Python 3 source, run as the main module (a script, not a notebook cell: print what you want to see).",
 			},
+			"files": map[string]any{
+				"type":        "array",
+				"description": "Files written under /mnt/user-data/ before the code runs, read-only to it (about 10 MiB in all).",
+				"items": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"path":     map[string]any{"type": "string", "description": "Relative path under /mnt/user-data/, such as data/sales.csv; no '..'."},
+						"content":  map[string]any{"type": "string", "description": "The file's content: text, or base64 when encoding is base64."},
+						"encoding": map[string]any{"type": "string", "enum": []string{"utf-8", "base64"}, "default": "utf-8"},
+					},
+					"required":             []string{"path", "content"},
+					"additionalProperties": false,
+				},
+			},
 			"timeout": map[string]any{
 				"type":             "number",
 				"description":      fmt.Sprintf("Wall-clock limit in seconds; default %g, at most %g.", opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds()),
@@ -144,7 +166,8 @@ var outputSchema = json.RawMessage(`{
     "exit_code": {"type": "integer", "description": "The code's exit status; 124 on timeout, 137 when killed for memory, 1 when it could not run."},
     "execution_time": {"type": "number", "description": "Seconds of wall clock the code ran."},
     "error": {"type": "string", "enum": ["timeout", "memory_limit", "invalid_input", "sandbox_unavailable", "too_many_requests", "session_expired", "cancelled"], "description": "Why the code did not run to its own end."},
-    "truncated": {"type": "boolean", "description": "An output stream passed its cap; its head and tail are kept with a marker between them."}
+    "truncated": {"type": "boolean", "description": "An output stream passed its cap; its head and tail are kept with a marker between them."},
+    "files": {"type": "array", "description": "The files the code wrote under /mnt/outputs/, each also sent as image or resource content.", "items": {"type": "object", "properties": {"path": {"type": "string"}, "mime_type": {"type": "string"}, "size": {"type": "integer"}}, "required": ["path", "mime_type", "size"]}}
   },
   "required": ["stdout", "stderr", "exit_code", "execution_time"]
 }`)
@@ -172,7 +195,9 @@ Use it whenever an exact answer matters: arithmetic and statistics, data analysi
 
 Installed: Python 3.13 with numpy, pandas, matplotlib, scipy, scikit-learn, seaborn, statsmodels, sympy, pillow, openpyxl, beautifulsoup4 and requests. Nothing can be installed (no pip).
 
-Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argument raises it up to %gs), output kept up to %d KiB per stream (head and tail). /tmp is writable; the rest of the filesystem is read-only. Every call starts from scratch: define everything you use in the same code.
+Files: pass input files in "files"; the code reads them under /mnt/user-data/. Save what the user should get (charts, CSVs, reports) under /mnt/outputs/: every file there comes back, images shown as images. A matplotlib figure still open at the end, or shown with plt.show(), comes back as a PNG.
+
+Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argument raises it up to %gs), output kept up to %d KiB per stream (head and tail). /tmp and /mnt/outputs are writable; the rest of the filesystem is read-only. Every call starts from scratch: define everything you use in the same code.
 
 Print what you want to see. Check exit_code: 0 means success; otherwise read stderr (the traceback names the failing line of your code), fix the code and run it again. exit_code 124 means it timed out, 137 that it ran out of memory.`,
 		cpus, mem, net, opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds(), out>>10)

@@ -63,8 +63,9 @@ type Output struct {
 	Stderr        string  `json:"stderr"`
 	ExitCode      int     `json:"exit_code"`
 	ExecutionTime float64 `json:"execution_time"`
-	Error         string  `json:"error,omitempty"`
-	Truncated     bool    `json:"truncated,omitempty"`
+	Error         string     `json:"error,omitempty"`
+	Truncated     bool       `json:"truncated,omitempty"`
+	Files         []FileInfo `json:"files,omitempty"`
 }
 
 // New returns an MCP server with the run_python tool registered.
@@ -137,6 +138,7 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 			Int("stdout_bytes", len(out.Stdout)).
 			Int("stderr_bytes", len(out.Stderr)).
 			Bool("truncated", out.Truncated).
+			Int("files", len(out.Files)).
 			Str("error", out.Error)
 		if cause != nil {
 			ev = ev.Str("cause", h.opt.Redactor.String(cause.Error()))
@@ -156,10 +158,14 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	if h.opt.Logger.Debug().Enabled() {
 		h.opt.Logger.Debug().Str("call", callID).Str("code", h.opt.Redactor.String(in.Code)).Msg("run_python code")
 	}
-	res := h.opt.Runner.Run(ctx, sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID})
+	res := h.opt.Runner.Run(ctx, sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files})
 	cause = res.Cause
 	out = FromResult(res, h.opt.Redactor)
-	return h.result(out), nil
+	content, infos := fileContents(res.Files, h.opt.Redactor)
+	out.Files = infos
+	r := h.result(out)
+	r.Content = append(r.Content, content...)
+	return r, nil
 }
 
 // FromResult shapes a sandbox result into the tool's output, redacted.

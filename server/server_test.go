@@ -35,7 +35,7 @@ func (f *fakeRunner) Run(_ context.Context, req sandbox.Request) sandbox.Result 
 }
 
 // connect starts srv and returns an initialized in-process client.
-func connect(t *testing.T, opt Options) *client.Client {
+func connect(t testing.TB, opt Options) *client.Client {
 	t.Helper()
 	c, err := client.NewInProcessClient(New(opt))
 	if err != nil {

@@ -51,6 +51,13 @@ type config struct {
 	queueTimeout  time.Duration
 	outputLimit   byteSize
 
+	// Files.
+	maxInputBytes      byteSize
+	maxInputFileBytes  byteSize
+	maxOutputFiles     int
+	maxOutputFileBytes byteSize
+	maxOutputBytes     byteSize
+
 	// Redaction.
 	redactValues      stringList
 	redactPatterns    stringList
@@ -119,6 +126,13 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs.DurationVar(&cfg.queueTimeout, "queue-timeout", sandbox.DefaultQueueTimeout, "longest wait for a sandbox")
 	cfg.outputLimit = sandbox.DefaultOutputLimit
 	fs.Var(&cfg.outputLimit, "output-limit", "output kept per stream (head and tail)")
+	cfg.maxInputBytes, cfg.maxInputFileBytes = sandbox.DefaultMaxInputBytes, sandbox.DefaultMaxInputFileBytes
+	cfg.maxOutputFileBytes, cfg.maxOutputBytes = sandbox.DefaultMaxOutputFileBytes, sandbox.DefaultMaxOutputBytes
+	fs.Var(&cfg.maxInputBytes, "max-input-bytes", "input files of one call together")
+	fs.Var(&cfg.maxInputFileBytes, "max-input-file-bytes", "one input file")
+	fs.IntVar(&cfg.maxOutputFiles, "max-output-files", sandbox.DefaultMaxOutputFiles, "output files that come back from one call")
+	fs.Var(&cfg.maxOutputFileBytes, "max-output-file-bytes", "one output file")
+	fs.Var(&cfg.maxOutputBytes, "max-output-bytes", "output files of one call together")
 	fs.Var(&cfg.redactValues, "redact-value", "a secret value to redact from all output (repeatable; comma-separated in PYBOX_REDACT_VALUE)")
 	fs.Var(&cfg.redactPatterns, "redact-pattern", "KIND=REGEX: redact what REGEX matches as [REDACTED:KIND] (repeatable); a group named secret narrows it")
 	fs.Var(&cfg.redactDisable, "redact-disable", "a redaction rule to turn off: a pybox kind or a gitleaks rule id, or gitleaks for all of them (repeatable)")
@@ -196,6 +210,11 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		QueueTimeout:       c.queueTimeout,
 		OutputLimit:        int(c.outputLimit),
 		Redact:             rd.String,
+		MaxInputBytes:      int(c.maxInputBytes),
+		MaxInputFileBytes:  int(c.maxInputFileBytes),
+		MaxOutputFiles:     c.maxOutputFiles,
+		MaxOutputFileBytes: int(c.maxOutputFileBytes),
+		MaxOutputBytes:     int(c.maxOutputBytes),
 	}
 }
 
@@ -223,6 +242,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--max-queue must not be negative")
 	case c.outputLimit < 1024:
 		return fmt.Errorf("--output-limit must be at least 1KiB")
+	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:
+		return fmt.Errorf("the file limits must be positive")
 	}
 	return nil
 }

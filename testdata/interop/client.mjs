@@ -57,7 +57,42 @@ try {
   const bad = await client.callTool({ name: "run_python", arguments: { code: 42 } });
   check(bad.isError === true && bad.structuredContent?.error === "invalid_input", "bad input is an in-band invalid_input");
 
-  console.log(JSON.stringify({ mode, ok: failures.length === 0, failures, result: sc }));
+  // Files in, files and charts out.
+  const csv = "region,amount\nnorth,10.5\nsouth,20.25\neast,30\n";
+  const files = await client.callTool({
+    name: "run_python",
+    arguments: {
+      code: [
+        "import pandas as pd, matplotlib.pyplot as plt",
+        "df = pd.read_csv('/mnt/user-data/sales.csv')",
+        "print(df.amount.sum())",
+        "fig = plt.figure(figsize=(4, 3), dpi=100)",
+        "plt.plot(df.amount)",
+        "fig.savefig('/mnt/outputs/plot.png')",
+        "plt.figure(figsize=(6, 2), dpi=100)",
+        "plt.bar(df.region, df.amount)",
+        "plt.show()",
+      ].join("\n"),
+      files: [{ path: "sales.csv", content: Buffer.from(csv).toString("base64"), encoding: "base64" }],
+    },
+  });
+  const fsc = files.structuredContent ?? {};
+  check(fsc.stdout === "60.75\n", `the CSV is summed by pandas (got ${JSON.stringify(fsc.stdout)} ${JSON.stringify(fsc.stderr)})`);
+  const images = (files.content ?? []).filter((c) => c.type === "image");
+  const pngSize = (b64) => {
+    const b = Buffer.from(b64, "base64");
+    const sig = b.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+    return sig && b.subarray(12, 16).toString() === "IHDR" ? [b.readUInt32BE(16), b.readUInt32BE(20)] : null;
+  };
+  const sizes = images.map((i) => (i.mimeType === "image/png" ? pngSize(i.data) : null));
+  // plt.show() shows every open figure, as a notebook does: the saved one too.
+  check(images.length === 3, `three image contents (got ${images.length})`);
+  check(sizes.some((s) => s && s[0] === 400 && s[1] === 300), `the saved plot is a 400x300 PNG (got ${JSON.stringify(sizes)})`);
+  check(sizes.some((s) => s && s[0] === 600 && s[1] === 200), `the figure shown with plt.show() is a 600x200 PNG (got ${JSON.stringify(sizes)})`);
+  const listed = (fsc.files ?? []).map((f) => `${f.path}:${f.mime_type}`).sort();
+  check(JSON.stringify(listed) === JSON.stringify(["figure_1.png:image/png", "figure_2.png:image/png", "plot.png:image/png"]), `files lists the PNGs (got ${JSON.stringify(listed)})`);
+
+  console.log(JSON.stringify({ mode, ok: failures.length === 0, failures, result: sc, files: fsc.files }));
 } catch (err) {
   failures.push(String(err?.stack ?? err));
   console.log(JSON.stringify({ mode, ok: false, failures }));
