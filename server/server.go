@@ -59,10 +59,10 @@ type Limits struct {
 
 // Output is the tool's structured result: the contract's fields.
 type Output struct {
-	Stdout        string  `json:"stdout"`
-	Stderr        string  `json:"stderr"`
-	ExitCode      int     `json:"exit_code"`
-	ExecutionTime float64 `json:"execution_time"`
+	Stdout        string     `json:"stdout"`
+	Stderr        string     `json:"stderr"`
+	ExitCode      int        `json:"exit_code"`
+	ExecutionTime float64    `json:"execution_time"`
 	Error         string     `json:"error,omitempty"`
 	Truncated     bool       `json:"truncated,omitempty"`
 	Files         []FileInfo `json:"files,omitempty"`
