@@ -12,22 +12,40 @@ import (
 	"sync"
 )
 
-// frameWriter reads the supervisor's stdout: a handshake line with the
-// call's nonce, the code's stdout (passed on to out), then the end marker,
-// a JSON trailer line and the output files as a tar stream. Only the
-// supervisor knows the nonce, so the code cannot end its stdout early. The
-// marker may be split across writes. It is safe for concurrent use.
-type frameWriter struct {
+// demux reads the supervisor's two streams. On stdout: a handshake line
+// with the container's nonce, then per call the code's stdout, the end
+// marker, a JSON trailer line and the trailer's count of archive bytes (the
+// output files, as tar). On stderr: per call the code's stderr, then the
+// same end marker. Only the supervisor knows the nonce, so the code cannot
+// end its output early. A marker may be split across writes. Each call's
+// output goes to its own [callOut]; a finished call is sent on done.
+type demux struct {
 	mu         sync.Mutex
-	out        io.Writer
-	state      int
-	line       []byte // the handshake or the trailer so far
 	marker     []byte // "\x00PYBOX-END <nonce>\n"
-	held       []byte // a possible start of the marker, held back
-	trailer    trailer
-	archive    bytes.Buffer
+	ready      chan struct{}
+	readyOnce  sync.Once
 	archiveMax int
-	overflow   bool
+	newCall    func() *callOut
+	cur        *callOut
+	done       chan *callOut
+
+	// stdout's state
+	state  int
+	line   []byte
+	held   []byte
+	need   int // archive bytes still to come
+	eheld  []byte
+	queued []*callOut // calls whose stdout ended before their stderr did
+}
+
+// callOut is one call's output.
+type callOut struct {
+	stdout, stderr *capWriter
+	trailer        *trailer
+	archive        bytes.Buffer
+	overflow       bool
+	stdoutDone     bool
+	stderrDone     bool
 }
 
 const (
@@ -42,132 +60,219 @@ const maxFrameLine = 64 << 10
 
 // trailer is what the supervisor says at the end of a call.
 type trailer struct {
-	ExitCode *int `json:"exit_code"`
-	Archive  int  `json:"archive"`
-	Worker   struct {
+	ExitCode    *int `json:"exit_code"`
+	Archive     int  `json:"archive"`
+	SessionOver bool `json:"session_over"`
+	Worker      struct {
 		Skipped []struct {
 			Path string `json:"path"`
 			Why  string `json:"why"`
 		} `json:"skipped"`
 		SkippedCount int  `json:"skipped_count"`
 		Malformed    bool `json:"malformed"`
+		WorkerExited bool `json:"worker_exited"`
 	} `json:"worker"`
 }
 
-func newFrameWriter(out io.Writer, archiveMax int) *frameWriter {
-	return &frameWriter{out: out, archiveMax: archiveMax}
+func newDemux(archiveMax int, newCall func() *callOut) *demux {
+	d := &demux{archiveMax: archiveMax, newCall: newCall, ready: make(chan struct{}), done: make(chan *callOut, 16)}
+	d.cur = newCall()
+	return d
 }
 
-func (f *frameWriter) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// Stdout and Stderr are the writers for the container's two streams.
+func (d *demux) Stdout() io.Writer { return writerFunc(d.writeStdout) }
+func (d *demux) Stderr() io.Writer { return writerFunc(d.writeStderr) }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// current returns the call being written now.
+func (d *demux) current() *callOut {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cur
+}
+
+func (d *demux) writeStdout(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	n := len(p)
 	for len(p) > 0 {
-		switch f.state {
+		switch d.state {
 		case frameHandshake, frameTrailer:
 			i := bytes.IndexByte(p, '\n')
 			if i < 0 {
-				f.line = append(f.line, p[:min(len(p), maxFrameLine-len(f.line))]...)
+				d.line = append(d.line, p[:min(len(p), maxFrameLine-len(d.line))]...)
 				return n, nil
 			}
-			f.line = append(f.line, p[:min(i, maxFrameLine-len(f.line))]...)
+			d.line = append(d.line, p[:min(i, maxFrameLine-len(d.line))]...)
 			p = p[i+1:]
-			f.endLine()
+			d.endLine()
 		case frameStdout:
-			p = f.stdout(p)
+			var found bool
+			p, found = scanMarker(p, d.marker, &d.held, d.cur.stdout)
+			if found {
+				d.state = frameTrailer
+			}
 		case frameArchive:
-			if room := f.archiveMax - f.archive.Len(); room > 0 {
-				f.archive.Write(p[:min(room, len(p))])
+			k := min(d.need, len(p))
+			if room := d.archiveMax - d.cur.archive.Len(); room > 0 {
+				d.cur.archive.Write(p[:min(room, k)])
 			}
-			if f.archive.Len()+len(p) > f.archiveMax {
-				f.overflow = true
+			if d.cur.archive.Len() >= d.archiveMax && k > 0 {
+				d.cur.overflow = true
 			}
-			return n, nil
+			d.need -= k
+			p = p[k:]
+			if d.need == 0 {
+				d.stdoutEnded()
+			}
 		}
 	}
 	return n, nil
 }
 
-func (f *frameWriter) endLine() {
-	line := string(f.line)
-	f.line = f.line[:0]
-	switch f.state {
+func (d *demux) endLine() {
+	line := string(d.line)
+	d.line = d.line[:0]
+	switch d.state {
 	case frameHandshake:
 		nonce, ok := strings.CutPrefix(line, "PYBOX-READY ")
 		if !ok || len(nonce) != 32 {
 			// Not the supervisor's handshake: everything is the code's.
-			f.state = frameStdout
-			f.out.Write([]byte(line + "\n"))
-			return
+			d.cur.stdout.Write([]byte(line + "\n"))
+		} else {
+			d.marker = []byte("\x00PYBOX-END " + nonce + "\n")
 		}
-		f.marker = []byte("\x00PYBOX-END " + nonce + "\n")
-		f.state = frameStdout
+		d.state = frameStdout
+		d.readyOnce.Do(func() { close(d.ready) })
 	case frameTrailer:
-		if err := json.Unmarshal([]byte(line), &f.trailer); err != nil {
-			f.trailer.Worker.Malformed = true
+		t := &trailer{}
+		if err := json.Unmarshal([]byte(line), t); err != nil {
+			t.Worker.Malformed = true
 		}
-		f.state = frameArchive
+		d.cur.trailer = t
+		d.need = max(t.Archive, 0)
+		d.state = frameArchive
+		if d.need == 0 {
+			d.stdoutEnded()
+		}
 	}
 }
 
-// stdout passes the code's output on until the marker, and returns what
-// follows the marker.
-func (f *frameWriter) stdout(p []byte) []byte {
-	if f.marker == nil {
-		f.out.Write(p)
-		return nil
+// stdoutEnded closes the current call's stdout; the call is done once its
+// stderr has ended too.
+func (d *demux) stdoutEnded() {
+	d.state = frameStdout
+	d.cur.stdoutDone = true
+	d.queued = append(d.queued, d.cur)
+	d.cur = d.newCall()
+	d.flush()
+}
+
+func (d *demux) writeStderr(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		// stderr belongs to the oldest call whose stderr has not ended.
+		target := d.cur
+		if len(d.queued) > 0 {
+			target = d.queued[0]
+		}
+		var found bool
+		p, found = scanMarker(p, d.marker, &d.eheld, target.stderr)
+		if found {
+			target.stderrDone = true
+			if target == d.cur {
+				// stderr ended first: the call waits for its stdout.
+				continue
+			}
+			d.flush()
+		}
 	}
-	if len(f.held) > 0 {
-		// Complete or refute the held start of the marker.
-		need := len(f.marker) - len(f.held)
+	return n, nil
+}
+
+// flush sends the calls whose both streams have ended.
+func (d *demux) flush() {
+	for len(d.queued) > 0 && d.queued[0].stderrDone {
+		select {
+		case d.done <- d.queued[0]:
+		default: // nobody waits for it (a timed-out call); drop it
+		}
+		d.queued = d.queued[1:]
+	}
+}
+
+// scanMarker copies p to out up to the marker, holding back a possible
+// start of it, and returns what follows the marker and whether it was
+// found. With no marker known, all of p goes to out.
+func scanMarker(p, marker []byte, held *[]byte, out io.Writer) (rest []byte, found bool) {
+	if marker == nil {
+		out.Write(p)
+		return nil, false
+	}
+	if len(*held) > 0 {
+		need := len(marker) - len(*held)
 		k := min(need, len(p))
-		if !bytes.Equal(f.marker[len(f.held):len(f.held)+k], p[:k]) {
-			f.out.Write(f.held[:1])
-			rest := append(append([]byte(nil), f.held[1:]...), p...)
-			f.held = f.held[:0]
-			return rest
+		if !bytes.Equal(marker[len(*held):len(*held)+k], p[:k]) {
+			out.Write((*held)[:1])
+			r := append(append([]byte(nil), (*held)[1:]...), p...)
+			*held = (*held)[:0]
+			return r, false
 		}
-		f.held = append(f.held, p[:k]...)
+		*held = append(*held, p[:k]...)
 		p = p[k:]
-		if len(f.held) == len(f.marker) {
-			f.held = f.held[:0]
-			f.state = frameTrailer
+		if len(*held) == len(marker) {
+			*held = (*held)[:0]
+			return p, true
 		}
-		return p
+		return p, false
 	}
 	i := bytes.IndexByte(p, 0)
 	if i < 0 {
-		f.out.Write(p)
-		return nil
+		out.Write(p)
+		return nil, false
 	}
-	f.out.Write(p[:i])
+	out.Write(p[:i])
 	p = p[i:]
-	k := min(len(f.marker), len(p))
-	if !bytes.Equal(f.marker[:k], p[:k]) {
-		f.out.Write(p[:1])
-		return p[1:]
+	k := min(len(marker), len(p))
+	if !bytes.Equal(marker[:k], p[:k]) {
+		out.Write(p[:1])
+		return p[1:], false
 	}
-	if k < len(f.marker) {
-		f.held = append(f.held[:0], p...)
-		return nil
+	if k < len(marker) {
+		*held = append((*held)[:0], p...)
+		return nil, false
 	}
-	f.state = frameTrailer
-	return p[k:]
+	return p[k:], true
 }
 
-// finish reports the trailer, if the call got that far, and the output
-// files found in the archive, checked against the limits.
-func (f *frameWriter) finish(lim outputLimits) (t *trailer, files []OutputFile, notes []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.held) > 0 {
-		f.out.Write(f.held)
-		f.held = nil
+// release gives held-back bytes to the current call at the end of the
+// streams.
+func (d *demux) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.held) > 0 {
+		d.cur.stdout.Write(d.held)
+		d.held = nil
 	}
-	if f.state != frameArchive {
-		return nil, nil, nil
+	if len(d.eheld) > 0 {
+		d.cur.stderr.Write(d.eheld)
+		d.eheld = nil
 	}
-	t = &f.trailer
+}
+
+// files reports the call's output files, checked against the limits, and
+// notes on what was left out.
+func (c *callOut) files(lim outputLimits) (files []OutputFile, notes []string) {
+	t := c.trailer
+	if t == nil {
+		return nil, nil
+	}
 	if t.Worker.Malformed {
 		notes = append(notes, "the sandbox's report on output files was malformed; files may be missing")
 	}
@@ -177,11 +282,11 @@ func (f *frameWriter) finish(lim outputLimits) (t *trailer, files []OutputFile, 
 	if extra := t.Worker.SkippedCount - len(t.Worker.Skipped); extra > 0 {
 		notes = append(notes, fmt.Sprintf("%d more output files left out", extra))
 	}
-	if f.overflow {
+	if c.overflow {
 		notes = append(notes, "the output files passed the total size budget; some are left out")
 	}
-	fs, more := readArchive(f.archive.Bytes(), lim)
-	return t, fs, append(notes, more...)
+	fs, more := readArchive(c.archive.Bytes(), lim)
+	return fs, append(notes, more...)
 }
 
 // OutputFile is a file the code left under /mnt/outputs.

@@ -7,19 +7,23 @@ def _pybox_supervisor():
     # The supervisor starts as root with four capabilities (SETUID, SETGID,
     # SETPCAP, KILL) and keeps the container's standard streams. It forks
     # the worker, which drops to uid 10001 with no capability at all before
-    # any of the user's code runs. The supervisor writes the call's input
+    # any of the user's code runs. The supervisor writes each call's input
     # files (root-owned, so the code cannot write over them), hands the code
-    # to the worker, relays the worker's output, and ends the call with a
+    # to the worker, relays the worker's output, and ends each call with a
     # marker that holds a nonce made after the fork: the code cannot read the
     # supervisor's memory (another uid, not dumpable), so it cannot forge the
     # end of its own output.
     #
-    # Protocol, server to supervisor (stdin): one JSON line per request.
-    # Supervisor to server (stdout): "PYBOX-READY <nonce>\n", the code's
-    # stdout, then "\0PYBOX-END <nonce>\n", a JSON trailer line, and the
-    # output files as a tar stream of the trailer's "archive" bytes.
+    # Protocol, server to supervisor (stdin): one JSON line per request,
+    # {"code", "files"} to run code, {"op": "interrupt"} to send the running
+    # code SIGINT. Supervisor to server: "PYBOX-READY <nonce>\n" on stdout;
+    # per call, the code's stdout, then "\0PYBOX-END <nonce>\n", a JSON
+    # trailer line and the trailer's "archive" bytes of output files as tar;
+    # on stderr, the code's stderr, then the same end marker. Without
+    # PYBOX_SESSION the worker runs one call and everything exits.
     import base64
     import ctypes
+    import fcntl
     import json
     import os
     import select
@@ -27,20 +31,27 @@ def _pybox_supervisor():
 
     uid = int(os.environ.get("PYBOX_UID", "10001"))
     gid = int(os.environ.get("PYBOX_GID", str(uid)))
+    session = os.environ.get("PYBOX_SESSION") == "1"
     libc = ctypes.CDLL(None, use_errno=True)
     PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
     out_max = int(os.environ.get("PYBOX_OUTPUT_MAX", str(24 << 20)))
 
-    def preimport(names):
+    names = [n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n]
+    if names:
+        # Quietly: a warning printed now would land in the first call's stderr.
+        saved = os.dup(2)
+        devnull = os.open("/dev/null", os.O_WRONLY)
+        os.dup2(devnull, 2)
         for name in names:
             try:
                 __import__(name)
             except Exception:
                 pass
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
-    preimport([n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n])
-
-    # Pipes to the worker: code in, stdout, stderr, outputs and status out.
+    # Pipes to the worker: code in; stdout, stderr, outputs and status out.
     code_r, code_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -50,11 +61,8 @@ def _pybox_supervisor():
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(code_w)
-            os.close(out_r)
-            os.close(err_r)
-            os.close(arc_r)
-            os.close(st_r)
+            for fd in (code_w, out_r, err_r, arc_r, st_r):
+                os.close(fd)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
             os.dup2(out_w, 1)
@@ -68,11 +76,11 @@ def _pybox_supervisor():
                         os.close(fd)
                     except OSError:
                         pass
-            for name in ("PYBOX_UID", "PYBOX_GID", "PYBOX_OUTPUT_MAX", "PYBOX_PREIMPORT"):
+            for name in ("PYBOX_UID", "PYBOX_GID", "PYBOX_OUTPUT_MAX", "PYBOX_PREIMPORT", "PYBOX_SESSION"):
                 os.environ.pop(name, None)
             if uid != 0:
                 _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP)
-            _pybox_worker(code_r, arc_w, st_w, out_max)
+            _pybox_worker(code_r, arc_w, st_w, out_max, session)
         except BaseException as exc:  # never return into the supervisor's code
             try:
                 os.write(2, ("pybox: the sandbox's worker failed: %r\n" % (exc,)).encode())
@@ -82,78 +90,170 @@ def _pybox_supervisor():
 
     for fd in (code_r, out_w, err_w, arc_w, st_w):
         os.close(fd)
+    for fd in (out_r, err_r):
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     nonce = base64.b16encode(os.urandom(16)).decode().lower()
-    os.write(1, ("PYBOX-READY %s\n" % nonce).encode())
 
-    line = sys.stdin.buffer.readline()
-    try:
-        req = json.loads(line)
-    except Exception as exc:
-        os.write(2, ("pybox: bad request to the sandbox runner: %r\n" % (exc,)).encode())
-        os._exit(1)
-    for f in req.get("files") or []:
-        path = os.path.join("/mnt/user-data", f["path"])
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        data = base64.b64decode(f["data"])
+    def write_all(fd, data):
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.close(fd)
-    code = json.dumps({"code": req.get("code", "")}).encode() + b"\n"
 
-    # Relay until the worker is done, feeding it the code on the way.
-    pending = {out_r: 1, err_r: 2}
-    archive = bytearray()
-    status = bytearray()
-    live = [out_r, err_r, arc_r, st_r]
-    writing = code
-    while live or writing:
-        wlist = [code_w] if writing else []
-        r, w, _ = select.select(live, wlist, [])
-        if w:
+    closed = set()
+
+    def relay(fd):
+        # Copy what the worker's pipe holds now to the container's stream.
+        target = 1 if fd == out_r else 2
+        while fd not in closed:
             try:
-                n = os.write(code_w, writing[:65536])
-                writing = writing[n:]
-            except OSError:
-                writing = b""
-            if not writing:
-                os.close(code_w)
-        for fd in r:
-            try:
-                data = os.read(fd, 65536)
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
             except OSError:
                 data = b""
             if not data:
-                live.remove(fd)
-                os.close(fd)
-                continue
-            if fd in pending:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(pending[fd], view):]
-            elif fd == arc_r:
-                if len(archive) <= out_max:
+                closed.add(fd)
+                return
+            write_all(target, data)
+
+    write_all(1, ("PYBOX-READY %s\n" % nonce).encode())
+    inbuf = bytearray()
+
+    def next_request(block):
+        # Returns the next request line from the server, None at EOF, or
+        # "" when block is false and no whole line is there yet.
+        while b"\n" not in inbuf:
+            if not block:
+                r, _, _ = select.select([0], [], [], 0)
+                if not r:
+                    return ""
+            data = os.read(0, 1 << 20)
+            if not data:
+                return None
+            inbuf.extend(data)
+        i = inbuf.index(b"\n")
+        line = bytes(inbuf[:i])
+        del inbuf[:i + 1]
+        return line
+
+    worker_alive = True
+    archive = bytearray()
+    status = bytearray()
+    exit_code = 0
+    while worker_alive:
+        line = next_request(True)
+        if line is None:
+            break
+        try:
+            req = json.loads(line)
+        except Exception as exc:
+            write_all(2, ("pybox: bad request to the sandbox runner: %r\n" % (exc,)).encode())
+            continue
+        if req.get("op") == "interrupt":
+            continue  # nothing runs
+        for f in req.get("files") or []:
+            path = os.path.join("/mnt/user-data", f["path"])
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            fd = os.open(path, flags, 0o644)
+            write_all(fd, base64.b64decode(f["data"]))
+            os.close(fd)
+        pending = json.dumps({"code": req.get("code", "")}).encode() + b"\n"
+
+        # Relay until the worker reports the call done, or dies.
+        done = None
+        stdin_open = True
+        while done is None:
+            rl = [fd for fd in (out_r, err_r, arc_r, st_r) if fd not in closed]
+            if stdin_open:
+                rl.append(0)
+            wl = [code_w] if pending else []
+            r, w, _ = select.select(rl, wl, [])
+            if w:
+                try:
+                    n = os.write(code_w, pending[:65536])
+                    pending = pending[n:]
+                except OSError:
+                    pending = b""
+            if 0 in r:
+                # Only interrupts arrive while code runs.
+                got = next_request(False)
+                if got is None:
+                    stdin_open = False
+                while got:
+                    try:
+                        if json.loads(got).get("op") == "interrupt":
+                            os.kill(pid, signal.SIGINT)
+                    except Exception:
+                        pass
+                    got = next_request(False)
+                    if got is None:
+                        stdin_open = False
+            for fd in (out_r, err_r):
+                if fd in r:
+                    relay(fd)
+            if arc_r in r:
+                data = os.read(arc_r, 1 << 20)
+                if not data:
+                    closed.add(arc_r)
+                elif len(archive) <= out_max + (1 << 20):
                     archive += data
-            elif len(status) < 4096:
+            if st_r in r:
+                data = os.read(st_r, 65536)
+                if not data:
+                    closed.add(st_r)
+                    worker_alive = False
                 status += data
-    _, wstatus = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(wstatus):
-        exit_code = 128 + os.WTERMSIG(wstatus)
-    else:
-        exit_code = os.WEXITSTATUS(wstatus)
-    trailer = {"exit_code": exit_code, "archive": len(archive)}
-    try:
-        trailer["worker"] = json.loads(bytes(status) or b"{}")
-    except Exception:
-        trailer["worker"] = {"malformed": True}
-    end = b"\0PYBOX-END " + nonce.encode() + b"\n" + json.dumps(trailer).encode() + b"\n"
-    for chunk in (end, bytes(archive)):
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(1, view):]
-    os._exit(exit_code)
+                if b"\n" in status:
+                    i = status.index(b"\n")
+                    try:
+                        done = json.loads(bytes(status[:i]))
+                    except Exception:
+                        done = {"malformed": True}
+                    del status[:i + 1]
+            if not worker_alive and done is None:
+                done = {"worker_exited": True}
+        # Everything the worker wrote before its report is in the pipes.
+        relay(out_r)
+        relay(err_r)
+        if done.get("worker_exited"):
+            worker_alive = False
+        if not worker_alive or not session:
+            # The worker's own exit status: a signal (an OOM kill) shows here.
+            while arc_r not in closed:
+                data = os.read(arc_r, 1 << 20)
+                if not data:
+                    closed.add(arc_r)
+                elif len(archive) <= out_max + (1 << 20):
+                    archive += data
+            _, wstatus = os.waitpid(pid, 0)
+            worker_alive = False
+            if os.WIFSIGNALED(wstatus):
+                exit_code = 128 + os.WTERMSIG(wstatus)
+            else:
+                exit_code = os.WEXITSTATUS(wstatus)
+            if "exit_code" in done and not os.WIFSIGNALED(wstatus):
+                exit_code = done["exit_code"]
+        else:
+            exit_code = done.get("exit_code", 1)
+        n = min(int(done.get("archive", 0) or 0), len(archive))
+        if done.get("worker_exited"):
+            n = 0
+        chunk = bytes(archive[:n])
+        del archive[:n]
+        trailer = {"exit_code": exit_code, "archive": len(chunk), "worker": done, "session_over": not worker_alive}
+        write_all(1, b"\0PYBOX-END " + nonce.encode() + b"\n" + json.dumps(trailer).encode() + b"\n")
+        write_all(1, chunk)
+        write_all(2, b"\0PYBOX-END " + nonce.encode() + b"\n")
+        if not session:
+            break
+    if worker_alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(exit_code & 0xFF)
 
 
 def _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP):
@@ -172,16 +272,18 @@ def _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP):
         raise RuntimeError("could not drop privileges")
 
 
-def _pybox_worker(code_r, arc_w, st_w, out_max):
+def _pybox_worker(code_r, arc_w, st_w, out_max, session):
     # Runs the user's code as __main__ so that tracebacks, sys.argv,
     # sys.path and __main__ look as they would for `python3 main.py` in the
-    # working directory; then sends the output files. Nothing of this
-    # function stays reachable from the user's globals.
+    # working directory; then sends the output files and a status line. In
+    # a session it runs call after call in the same __main__. Nothing of
+    # this function stays reachable from the user's globals.
     import builtins
     import io
     import json
     import linecache
     import os
+    import signal
     import types
 
     class _FullWriter(io.RawIOBase):
@@ -211,32 +313,68 @@ def _pybox_worker(code_r, arc_w, st_w, out_max):
         setattr(sys, name, new)
         setattr(sys, "__%s__" % name, new)
     sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    with os.fdopen(code_r, "rb") as f:
-        req = json.loads(f.readline())
-    source = req["code"]
-
-    filename = "main.py"
     cwd = os.getcwd()
-    lines = source.splitlines(True)
-    # mtime None keeps linecache.checkcache from dropping the entry, so
-    # tracebacks show the user's source lines without a file on disk.
-    linecache.cache[filename] = (len(source), None, lines, filename)
-
     main = types.ModuleType("__main__")
     main.__dict__.update({
         "__builtins__": builtins,
-        "__file__": os.path.join(cwd, filename),
+        "__file__": os.path.join(cwd, "main.py"),
         "__cached__": None,
     })
     sys.modules["__main__"] = main
-    sys.argv[:] = [filename]
+    sys.argv[:] = ["main.py"]
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     _pybox_install_backend()
 
-    status = {}
-    exit_code = 0
+    code_f = os.fdopen(code_r, "rb")
+    call = 0
+    while True:
+        try:
+            line = code_f.readline()
+        except KeyboardInterrupt:
+            continue  # an interrupt that came too late for the last call
+        if not line:
+            os._exit(0)
+        call += 1
+        before = _pybox_snapshot() if session else {}
+        exit_code = _pybox_run_one(main, json.loads(line)["code"], "main.py" if call == 1 else "main_%d.py" % call)
+        if not session:
+            try:
+                import threading
+                threading._shutdown()  # join non-daemon threads, as the interpreter would
+            except BaseException:
+                pass
+        # Before the exit functions: pyplot registers one that closes all
+        # figures.
+        _pybox_save_figures()
+        if not session:
+            try:
+                import atexit
+                atexit._run_exitfuncs()
+            except BaseException:
+                pass
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        status = _pybox_send_outputs(arc_w, out_max, before)
+        status["exit_code"] = exit_code
+        os.write(st_w, json.dumps(status).encode() + b"\n")
+        if not session:
+            os._exit(exit_code)
+
+
+def _pybox_run_one(main, source, filename):
+    # Runs one call's code in main's namespace and returns its exit code.
+    import linecache
+
+    lines = source.splitlines(True)
+    # mtime None keeps linecache.checkcache from dropping the entry, so
+    # tracebacks show the user's source lines without a file on disk.
+    linecache.cache[filename] = (len(source), None, lines, filename)
     try:
         try:
             code = compile(source, filename, "exec", dont_inherit=True)
@@ -245,46 +383,23 @@ def _pybox_worker(code_r, arc_w, st_w, out_max):
             # header, no frame of ours.
             exc.__traceback__ = None
             sys.excepthook(type(exc), exc, None)
-            exit_code = 1
-        else:
-            del req, source, lines
-            try:
-                exec(code, main.__dict__)
-            except SystemExit as exc:
-                exit_code = _pybox_exit_code(exc)
-            except BaseException as exc:
-                tb = exc.__traceback__
-                # Drop this runner's own frame: the first is always ours.
-                if tb is not None and tb.tb_frame.f_code is _pybox_worker.__code__:
-                    tb = tb.tb_next
-                exc.__traceback__ = tb
-                sys.excepthook(type(exc), exc, tb)
-                exit_code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            return 1
+        del source, lines
         try:
-            import threading
-            threading._shutdown()  # join non-daemon threads, as the interpreter would
-        except Exception:
-            pass
-        # Before the exit functions: pyplot registers one that closes all
-        # figures.
-        _pybox_save_figures()
-        try:
-            import atexit
-            atexit._run_exitfuncs()
-        except Exception:
-            pass
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:
-            pass
-        status = _pybox_send_outputs(arc_w, out_max)
-    finally:
-        try:
-            os.write(st_w, json.dumps(status).encode())
-        except Exception:
-            pass
-        os._exit(exit_code)
+            exec(code, main.__dict__)
+        except SystemExit as exc:
+            return _pybox_exit_code(exc)
+        except BaseException as exc:
+            tb = exc.__traceback__
+            # Drop this runner's own frame: the first is always ours.
+            if tb is not None and tb.tb_frame.f_code is _pybox_run_one.__code__:
+                tb = tb.tb_next
+            exc.__traceback__ = tb
+            sys.excepthook(type(exc), exc, tb)
+            return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        return 0
+    except KeyboardInterrupt:
+        return 130
 
 
 def _pybox_exit_code(exc):
@@ -356,7 +471,23 @@ def _pybox_save_figures():
             pass
 
 
-def _pybox_send_outputs(arc_w, out_max):
+def _pybox_snapshot():
+    # The size and modification time of each file under /mnt/outputs.
+    import os
+
+    seen = {}
+    for dirpath, _, filenames in os.walk("/mnt/outputs", followlinks=False):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+                seen[path] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+    return seen
+
+
+def _pybox_send_outputs(arc_w, out_max, before):
     # Send the regular files under /mnt/outputs as a tar stream, within the
     # size budget; symlinks and other special files are left out and named.
     import io
@@ -379,6 +510,8 @@ def _pybox_send_outputs(arc_w, out_max):
                     st = os.lstat(path)
                 except OSError:
                     continue
+                if before.get(path) == (st.st_size, st.st_mtime_ns):
+                    continue  # unchanged since an earlier call of the session
                 if not stat.S_ISREG(st.st_mode):
                     skipped.append({"path": rel, "why": "not a regular file"})
                     continue
@@ -401,11 +534,11 @@ def _pybox_send_outputs(arc_w, out_max):
                 info.mode = 0o644
                 tar.addfile(info, io.BytesIO(data))
                 total += len(data)
-    view = memoryview(buf.getvalue())
+    data = buf.getvalue()
+    view = memoryview(data)
     while view:
         view = view[os.write(arc_w, view):]
-    os.close(arc_w)
-    return {"skipped": skipped[:100], "skipped_count": len(skipped)}
+    return {"skipped": skipped[:100], "skipped_count": len(skipped), "archive": len(data)}
 
 
 _pybox_supervisor()

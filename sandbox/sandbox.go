@@ -220,11 +220,9 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	}
 	defer st.Close()
 
-	stdout := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
-	stderr := newCapWriter(s.opt.OutputLimit, s.opt.Redact)
-	frames := newFrameWriter(stdout, s.opt.MaxOutputBytes+(1<<20))
+	dm := s.newDemux()
 	copied := make(chan error, 1)
-	go func() { copied <- st.Demux(frames, stderr) }()
+	go func() { copied <- st.Demux(dm.Stdout(), dm.Stderr()) }()
 
 	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	err = s.eng.Start(sctx, id)
@@ -278,8 +276,16 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		}
 	}
 
-	tr, outFiles, notes := frames.finish(outputLimits{files: s.opt.MaxOutputFiles, fileBytes: s.opt.MaxOutputFileBytes, total: s.opt.MaxOutputBytes})
-	res.Files, res.FileNotes = outFiles, notes
+	dm.release()
+	var call *callOut
+	select {
+	case call = <-dm.done:
+	default:
+		call = dm.current()
+	}
+	tr := call.trailer
+	res.Files, res.FileNotes = call.files(s.outputLimits())
+	stdout, stderr := call.stdout, call.stderr
 	res.Stdout, res.Truncated = stdout.Text()
 	var errTrunc bool
 	res.Stderr, errTrunc = stderr.Text()
@@ -325,6 +331,18 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 			"pybox: the code was killed for using more than its %d MiB memory limit.", s.opt.MemoryBytes>>20))
 	}
 	return res
+}
+
+// newDemux makes the reader of a container's streams, one capped and
+// redacted pair of writers per call.
+func (s *Sandbox) newDemux() *demux {
+	return newDemux(s.opt.MaxOutputBytes+(1<<20), func() *callOut {
+		return &callOut{stdout: newCapWriter(s.opt.OutputLimit, s.opt.Redact), stderr: newCapWriter(s.opt.OutputLimit, s.opt.Redact)}
+	})
+}
+
+func (s *Sandbox) outputLimits() outputLimits {
+	return outputLimits{files: s.opt.MaxOutputFiles, fileBytes: s.opt.MaxOutputFileBytes, total: s.opt.MaxOutputBytes}
 }
 
 // appendNote adds a pybox line to a stream, on a line of its own.
