@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -27,6 +28,29 @@ func BenchmarkCall(b *testing.B) {
 			"files": []any{map[string]any{"path": "data.csv", "content": csv}},
 		}},
 	}
+	// A session's calls reuse one sandbox: the cost of a call there.
+	req := mcp.CallToolRequest{}
+	req.Params.Name = ToolName
+	req.Params.Arguments = map[string]any{"code": "n = 0", "session_id": "new"}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sid Output
+	raw, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(raw, &sid)
+	cases = append(cases, struct {
+		name string
+		args map[string]any
+	}{"in-a-session", map[string]any{"code": "n += 1\nprint(sum(range(1000)))", "session_id": sid.SessionID}})
+	filesArgs := map[string]any{"session_id": sid.SessionID}
+	for k, v := range cases[1].args {
+		filesArgs[k] = v
+	}
+	cases = append(cases, struct {
+		name string
+		args map[string]any
+	}{"files-in-and-out-in-a-session", filesArgs})
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			for range b.N {

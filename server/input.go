@@ -18,25 +18,20 @@ type input struct {
 	Code    string
 	Timeout time.Duration
 	Files   []sandbox.InputFile
+	Session string
 }
 
 // allowedFields are the input's properties, for the unknown-field message.
-var allowedFields = []string{"code", "timeout", "files"}
+var allowedFields = []string{"code", "timeout", "files", "session_id"}
 
 // parseInput checks a call's arguments. Its errors are written for the
 // model that made the call: what is wrong and what is accepted.
 func parseInput(raw any, opt Options) (input, error) {
-	var args map[string]any
-	switch a := raw.(type) {
-	case nil:
+	if raw == nil {
 		return input{}, errors.New(`"code" is required: pass {"code": "print(1)"}`)
-	case map[string]any:
-		args = a
-	case json.RawMessage:
-		if err := json.Unmarshal(a, &args); err != nil || args == nil {
-			return input{}, errors.New("arguments must be a JSON object with a \"code\" string")
-		}
-	default:
+	}
+	args, err := argsMap(raw)
+	if err != nil {
 		return input{}, errors.New("arguments must be a JSON object with a \"code\" string")
 	}
 	var unknown []string
@@ -83,6 +78,13 @@ func parseInput(raw any, opt Options) (input, error) {
 		}
 		in.Timeout = time.Duration(secs * float64(time.Second))
 	}
+	if v, ok := args["session_id"]; ok && v != nil {
+		id, ok := v.(string)
+		if !ok || id == "" {
+			return input{}, errors.New(`"session_id" must be "new" or the session_id of an earlier result`)
+		}
+		in.Session = id
+	}
 	if f, ok := args["files"]; ok && f != nil {
 		files, err := parseFiles(f)
 		if err != nil {
@@ -91,6 +93,25 @@ func parseInput(raw any, opt Options) (input, error) {
 		in.Files = files
 	}
 	return in, nil
+}
+
+// argsMap reads a tool call's arguments as a JSON object; nil is empty.
+func argsMap(raw any) (map[string]any, error) {
+	switch a := raw.(type) {
+	case nil:
+		return map[string]any{}, nil
+	case map[string]any:
+		return a, nil
+	case json.RawMessage:
+		var m map[string]any
+		if err := json.Unmarshal(a, &m); err != nil || m == nil {
+			return nil, errors.New("arguments must be a JSON object")
+		}
+		return m, nil
+	case []byte:
+		return argsMap(json.RawMessage(a))
+	}
+	return nil, errors.New("arguments must be a JSON object")
 }
 
 func contains(list []string, s string) bool {
@@ -127,6 +148,10 @@ func inputSchema(opt Options) json.RawMessage {
 			"code": map[string]any{
 				"type":        "string",
 				"description": "Python 3 source, run as the main module (a script, not a notebook cell: print what you want to see).",
+			},
+			"session_id": map[string]any{
+				"type":        "string",
+				"description": `"new" starts a persistent session (variables, imports and files kept across calls); the session_id of an earlier result runs there. Leave it out for a fresh sandbox.`,
 			},
 			"files": map[string]any{
 				"type":        "array",
@@ -167,6 +192,7 @@ var outputSchema = json.RawMessage(`{
     "execution_time": {"type": "number", "description": "Seconds of wall clock the code ran."},
     "error": {"type": "string", "enum": ["timeout", "memory_limit", "invalid_input", "sandbox_unavailable", "too_many_requests", "session_expired", "cancelled"], "description": "Why the code did not run to its own end."},
     "truncated": {"type": "boolean", "description": "An output stream passed its cap; its head and tail are kept with a marker between them."},
+    "session_id": {"type": "string", "description": "The session's id, to pass on the next call."},
     "files": {"type": "array", "description": "The files the code wrote under /mnt/outputs/, each also sent as image or resource content.", "items": {"type": "object", "properties": {"path": {"type": "string"}, "mime_type": {"type": "string"}, "size": {"type": "integer"}}, "required": ["path", "mime_type", "size"]}}
   },
   "required": ["stdout", "stderr", "exit_code", "execution_time"]
@@ -197,7 +223,9 @@ Installed: Python 3.13 with numpy, pandas, matplotlib, scipy, scikit-learn, seab
 
 Files: pass input files in "files"; the code reads them under /mnt/user-data/. Save what the user should get (charts, CSVs, reports) under /mnt/outputs/: every file there comes back, images shown as images. A matplotlib figure still open at the end, or shown with plt.show(), comes back as a PNG.
 
-Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argument raises it up to %gs), output kept up to %d KiB per stream (head and tail). /tmp and /mnt/outputs are writable; the rest of the filesystem is read-only. Every call starts from scratch: define everything you use in the same code.
+Sessions: pass session_id "new" to keep state across calls (variables, imports, files); pass the returned session_id on later calls. Without it every call starts from scratch. A timeout in a session interrupts the code like Ctrl-C.
+
+Limits: %g CPU, %d MiB of memory, %s, a %gs default timeout (the timeout argument raises it up to %gs), output kept up to %d KiB per stream (head and tail). /tmp and /mnt/outputs are writable; the rest of the filesystem is read-only. Without a session, every call starts from scratch: define everything you use in the same code.
 
 Print what you want to see. Check exit_code: 0 means success; otherwise read stderr (the traceback names the failing line of your code), fix the code and run it again. exit_code 124 means it timed out, 137 that it ran out of memory.`,
 		cpus, mem, net, opt.DefaultTimeout.Seconds(), opt.MaxTimeout.Seconds(), out>>10)

@@ -26,9 +26,12 @@ import (
 // ToolName is the name of the tool.
 const ToolName = "run_python"
 
-// Runner runs one call's code. [sandbox.Sandbox] is the real one.
+// Runner runs code: one call in a fresh sandbox, or a persistent session.
+// [sandbox.Sandbox] is the real one.
 type Runner interface {
 	Run(ctx context.Context, req sandbox.Request) sandbox.Result
+	// StartSession returns a session, or nil and a Result saying why not.
+	StartSession(ctx context.Context) (*sandbox.Session, sandbox.Result)
 }
 
 // Options configures [New].
@@ -47,6 +50,12 @@ type Options struct {
 	Version string
 	// Limits describe the sandbox for the tool's description.
 	Limits Limits
+	// MaxSessions caps the live sessions; 0 means 8.
+	MaxSessions int
+	// SessionIdle ends a session unused this long; 0 means 10 minutes.
+	SessionIdle time.Duration
+	// SessionMaxAge ends a session this old; 0 means an hour.
+	SessionMaxAge time.Duration
 }
 
 // Limits are the sandbox's limits as the tool's description states them.
@@ -66,10 +75,33 @@ type Output struct {
 	Error         string     `json:"error,omitempty"`
 	Truncated     bool       `json:"truncated,omitempty"`
 	Files         []FileInfo `json:"files,omitempty"`
+	SessionID     string     `json:"session_id,omitempty"`
 }
 
-// New returns an MCP server with the run_python tool registered.
-func New(opt Options) *mcpserver.MCPServer {
+// Server is the MCP server with its tools and live sessions.
+type Server struct {
+	mcp *mcpserver.MCPServer
+	h   *handler
+}
+
+// MCP returns the server to serve over a transport.
+func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
+
+// Close ends every session.
+func (s *Server) Close(ctx context.Context) { s.h.sessions.close(ctx) }
+
+// EndSessionsOf ends the Python sessions of one MCP session, for a
+// transport that sees it end (an HTTP DELETE of its Mcp-Session-Id).
+func (s *Server) EndSessionsOf(ctx context.Context, mcpSession string) {
+	if mcpSession == "" {
+		return
+	}
+	s.h.sessions.end(ctx, "its connection closed", func(se *session) bool { return se.owner == mcpSession })
+}
+
+// New returns an MCP server with the run_python and python_sessions tools.
+// Close it to end its sessions.
+func New(opt Options) *Server {
 	if opt.DefaultTimeout <= 0 {
 		opt.DefaultTimeout = sandbox.DefaultTimeout
 	}
@@ -82,17 +114,34 @@ func New(opt Options) *mcpserver.MCPServer {
 	if opt.Version == "" {
 		opt.Version = "dev"
 	}
+	if opt.MaxSessions <= 0 {
+		opt.MaxSessions = DefaultMaxSessions
+	}
+	if opt.SessionIdle <= 0 {
+		opt.SessionIdle = DefaultSessionIdle
+	}
+	if opt.SessionMaxAge <= 0 {
+		opt.SessionMaxAge = DefaultSessionMaxAge
+	}
+	h := &handler{opt: opt, sessions: newRegistry(opt.MaxSessions, opt.SessionIdle, opt.SessionMaxAge, opt.Logger)}
+	hooks := &mcpserver.Hooks{}
+	hooks.AddOnUnregisterSession(func(ctx context.Context, cs mcpserver.ClientSession) {
+		owner := cs.SessionID()
+		h.sessions.end(context.WithoutCancel(ctx), "its connection closed", func(s *session) bool { return s.owner == owner })
+	})
 	s := mcpserver.NewMCPServer("pybox", opt.Version,
+		mcpserver.WithHooks(hooks),
 		mcpserver.WithToolCapabilities(false),
 		mcpserver.WithInstructions("pybox runs Python code in a throwaway, locked-down sandbox with the scientific stack installed. Use run_python to compute exact numbers, analyse data, make charts and check claims; read exit_code and stderr and fix the code when it fails."),
 	)
-	h := &handler{opt: opt}
 	s.AddTool(h.tool(), h.call)
-	return s
+	s.AddTool(h.sessionsTool(), h.callSessions)
+	return &Server{mcp: s, h: h}
 }
 
 type handler struct {
-	opt Options
+	opt      Options
+	sessions *registry
 }
 
 func (h *handler) tool() mcp.Tool {
@@ -158,14 +207,43 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	if h.opt.Logger.Debug().Enabled() {
 		h.opt.Logger.Debug().Str("call", callID).Str("code", h.opt.Redactor.String(in.Code)).Msg("run_python code")
 	}
-	res := h.opt.Runner.Run(ctx, sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files})
+	sreq := sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files}
+	var res sandbox.Result
+	if in.Session == "" {
+		res = h.opt.Runner.Run(ctx, sreq)
+	} else {
+		res = h.runInSession(ctx, in.Session, sreq)
+	}
 	cause = res.Cause
 	out = FromResult(res, h.opt.Redactor)
+	if in.Session != "" && res.Error != sandbox.ErrSessionExpired && res.Error != sandbox.ErrTooManyRequests && res.Error != sandbox.ErrSandboxUnavailable {
+		out.SessionID = res.ContainerID // set by runInSession to the session's id
+	}
 	content, infos := fileContents(res.Files, h.opt.Redactor)
 	out.Files = infos
 	r := h.result(out)
 	r.Content = append(r.Content, content...)
 	return r, nil
+}
+
+// runInSession runs a call in the caller's session: a new one for "new".
+// The Result's ContainerID carries the session's id.
+func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Request) sandbox.Result {
+	owner := ownerOf(ctx)
+	var s *session
+	if id == "new" {
+		var res sandbox.Result
+		if s, res = h.sessions.create(ctx, owner, h.opt.Runner); s == nil {
+			return res
+		}
+	} else if s = h.sessions.acquire(id, owner); s == nil {
+		return sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSessionExpired,
+			Stderr: "pybox: no live session of yours has this session_id (it ended, expired, or belongs to another connection); start one with session_id \"new\"."}
+	}
+	defer h.sessions.release(s)
+	res := s.sb.Run(ctx, req)
+	res.ContainerID = s.id
+	return res
 }
 
 // FromResult shapes a sandbox result into the tool's output, redacted.

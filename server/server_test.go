@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,9 @@ func (f *fakeRunner) Run(_ context.Context, req sandbox.Request) sandbox.Result 
 // connect starts srv and returns an initialized in-process client.
 func connect(t testing.TB, opt Options) *client.Client {
 	t.Helper()
-	c, err := client.NewInProcessClient(New(opt))
+	srv := New(opt)
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	c, err := client.NewInProcessClient(srv.MCP())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +103,21 @@ func TestToolSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 1 || tools.Tools[0].Name != ToolName {
-		t.Fatalf("tools = %v; want run_python alone", tools.Tools)
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
 	}
-	b, _ := json.Marshal(tools.Tools[0])
+	sort.Strings(names)
+	if diff := cmp.Diff([]string{SessionsToolName, ToolName}, names); diff != "" {
+		t.Fatalf("tools (-want +got):\n%s", diff)
+	}
+	var run mcp.Tool
+	for _, tl := range tools.Tools {
+		if tl.Name == ToolName {
+			run = tl
+		}
+	}
+	b, _ := json.Marshal(run)
 	var tool struct {
 		Description  string
 		InputSchema  map[string]any
@@ -245,4 +259,8 @@ func TestRealEngineThroughMCP(t *testing.T) {
 	if res.IsError || out.Stdout != "3.663\n" || out.ExitCode != 0 || out.ExecutionTime <= 0 {
 		t.Errorf("got isError %v, %+v; want stdout 3.663, exit 0, positive time", res.IsError, out)
 	}
+}
+
+func (f *fakeRunner) StartSession(context.Context) (*sandbox.Session, sandbox.Result) {
+	return nil, sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSandboxUnavailable, Stderr: "fake"}
 }

@@ -58,6 +58,11 @@ type config struct {
 	maxOutputFileBytes byteSize
 	maxOutputBytes     byteSize
 
+	// Sessions.
+	maxSessions   int
+	sessionIdle   time.Duration
+	sessionMaxAge time.Duration
+
 	// Redaction.
 	redactValues      stringList
 	redactPatterns    stringList
@@ -133,6 +138,9 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.maxOutputFiles, "max-output-files", sandbox.DefaultMaxOutputFiles, "output files that come back from one call")
 	fs.Var(&cfg.maxOutputFileBytes, "max-output-file-bytes", "one output file")
 	fs.Var(&cfg.maxOutputBytes, "max-output-bytes", "output files of one call together")
+	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "live sessions (session_id \"new\") at most")
+	fs.DurationVar(&cfg.sessionIdle, "session-idle", server.DefaultSessionIdle, "a session unused this long ends")
+	fs.DurationVar(&cfg.sessionMaxAge, "session-max-age", server.DefaultSessionMaxAge, "a session this old ends")
 	fs.Var(&cfg.redactValues, "redact-value", "a secret value to redact from all output (repeatable; comma-separated in PYBOX_REDACT_VALUE)")
 	fs.Var(&cfg.redactPatterns, "redact-pattern", "KIND=REGEX: redact what REGEX matches as [REDACTED:KIND] (repeatable); a group named secret narrows it")
 	fs.Var(&cfg.redactDisable, "redact-disable", "a redaction rule to turn off: a pybox kind or a gitleaks rule id, or gitleaks for all of them (repeatable)")
@@ -242,6 +250,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--max-queue must not be negative")
 	case c.outputLimit < 1024:
 		return fmt.Errorf("--output-limit must be at least 1KiB")
+	case c.maxSessions <= 0 || c.sessionIdle <= 0 || c.sessionMaxAge <= 0:
+		return fmt.Errorf("the session limits must be positive")
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:
 		return fmt.Errorf("the file limits must be positive")
 	}
@@ -281,6 +291,9 @@ func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zer
 		DefaultTimeout: c.timeout,
 		MaxTimeout:     c.maxTimeout,
 		Version:        version(),
+		MaxSessions:    c.maxSessions,
+		SessionIdle:    c.sessionIdle,
+		SessionMaxAge:  c.sessionMaxAge,
 		Limits: server.Limits{
 			MemoryMiB:   int64(c.memory) >> 20,
 			CPUs:        c.cpus,

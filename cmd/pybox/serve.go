@@ -57,7 +57,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 2
 	}
 	startupChecks(ctx, sb, cfg.runtime, logger)
-	mcp := server.New(cfg.serverOptions(sb, rd, logger))
+	srv := server.New(cfg.serverOptions(sb, rd, logger))
+	mcp := srv.MCP()
 
 	logger.Info().Str("transport", cfg.transport).Str("version", version()).
 		Str("image", sb.Image()).Str("engine", sb.EngineHost()).Msg("pybox serving")
@@ -65,11 +66,12 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "stdio":
 		err = serveStdio(ctx, mcp, cfg, stdin, stdout, logger)
 	default:
-		err = serveHTTP(ctx, mcp, cfg, logger)
+		err = serveHTTP(ctx, srv, cfg, logger)
 	}
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
+	srv.Close(cctx)
 	if cerr := sb.Close(cctx); cerr != nil {
 		logger.Error().Err(cerr).Msg("removing sandboxes at exit failed")
 	}
@@ -133,13 +135,16 @@ func (z zerologWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func serveHTTP(ctx context.Context, mcp *mcpserver.MCPServer, cfg config, logger zerolog.Logger) error {
+func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerolog.Logger) error {
+	mcp := srv.MCP()
 	mux := http.NewServeMux()
 	auth := bearerAuth(cfg.authToken)
 	switch cfg.transport {
 	case "http":
-		h := mcpserver.NewStreamableHTTPServer(mcp, mcpserver.WithEndpointPath("/mcp"))
-		mux.Handle("/mcp", auth(h))
+		// An MCP session (and so its Python sessions) ends when the client
+		// deletes it, or when it has been idle as long as a Python session may.
+		h := mcpserver.NewStreamableHTTPServer(mcp, mcpserver.WithEndpointPath("/mcp"), mcpserver.WithStateful(true), mcpserver.WithSessionIdleTTL(cfg.sessionIdle))
+		mux.Handle("/mcp", auth(endSessionsOnDelete(h, srv)))
 	case "sse":
 		s := mcpserver.NewSSEServer(mcp)
 		mux.Handle("/sse", auth(s.SSEHandler()))
@@ -149,14 +154,14 @@ func serveHTTP(ctx context.Context, mcp *mcpserver.MCPServer, cfg config, logger
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := &http.Server{
+	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          log.New(zerologWriter{logger}, "", 0),
 	}
 	logger.Info().Str("addr", ln.Addr().String()).Bool("auth", cfg.authToken != "").Msg("listening")
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -164,9 +169,20 @@ func serveHTTP(ctx context.Context, mcp *mcpserver.MCPServer, cfg config, logger
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
-	_ = srv.Close() // streams that did not end in time
+	_ = hs.Shutdown(sctx)
+	_ = hs.Close() // streams that did not end in time
 	return nil
+}
+
+// endSessionsOnDelete ends the Python sessions of an MCP session that the
+// client deletes, as the Streamable HTTP transport's way to close it.
+func endSessionsOnDelete(next http.Handler, srv *server.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		if r.Method == http.MethodDelete {
+			srv.EndSessionsOf(context.WithoutCancel(r.Context()), r.Header.Get("Mcp-Session-Id"))
+		}
+	})
 }
 
 // checkExposure refuses to serve HTTP off loopback without a token.

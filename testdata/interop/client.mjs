@@ -92,6 +92,19 @@ try {
   const listed = (fsc.files ?? []).map((f) => `${f.path}:${f.mime_type}`).sort();
   check(JSON.stringify(listed) === JSON.stringify(["figure_1.png:image/png", "figure_2.png:image/png", "plot.png:image/png"]), `files lists the PNGs (got ${JSON.stringify(listed)})`);
 
+  // Sessions: state kept across calls, apart from other sessions.
+  const run = async (args) => (await client.callTool({ name: "run_python", arguments: args })).structuredContent ?? {};
+  const s1 = await run({ code: "x = 41\nimport pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nopen('/tmp/kept.txt', 'w').write('kept')", session_id: "new" });
+  const sid = s1.session_id;
+  check(typeof sid === "string" && sid.length === 32, `a new session has an id (got ${JSON.stringify(s1)})`);
+  const s2 = await run({ code: "print(x + 1)", session_id: sid });
+  check(s2.stdout === "42\n", `x + 1 in the same session is 42 (got ${JSON.stringify(s2)})`);
+  const s3 = await run({ code: "print(df.a.sum(), pd.__name__, open('/tmp/kept.txt').read())", session_id: sid });
+  check(s3.stdout === "6 pandas kept\n", `call 3 sees call 1's DataFrame, import and file (got ${JSON.stringify(s3)})`);
+  const other = await run({ code: "import os\nprint('x' in globals(), 'df' in globals(), os.path.exists('/tmp/kept.txt'))", session_id: "new" });
+  check(other.stdout === "False False False\n", `a second session sees none of it (got ${JSON.stringify(other)})`);
+  await client.callTool({ name: "python_sessions", arguments: { end: "all" } });
+
   console.log(JSON.stringify({ mode, ok: failures.length === 0, failures, result: sc, files: fsc.files }));
 } catch (err) {
   failures.push(String(err?.stack ?? err));
