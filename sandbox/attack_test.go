@@ -779,7 +779,7 @@ func TestAttackSuite(t *testing.T) {
 	}
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
-			opt := Options{Image: image}
+			opt := Options{Image: image, PoolSize: testPool()}
 			if rt != "runc" {
 				opt.Runtime = rt
 			}

@@ -132,6 +132,15 @@ type Options struct {
 	MaxOutputBytes int
 	// OutputsTmpfsBytes is the size of /mnt/outputs; 0 means 64 MiB.
 	OutputsTmpfsBytes int64
+	// PoolSize is how many started sandboxes wait for calls; 0 means no
+	// pool (every call starts its own).
+	PoolSize int
+	// PreImport are the modules a pooled sandbox imports ahead of the
+	// code; nil means [DefaultPreImport].
+	PreImport []string
+	// PoolMaxIdle replaces a pooled sandbox that waited this long; 0 means
+	// 5 minutes.
+	PoolMaxIdle time.Duration
 	// Redact, when set, cleans each stream before it is cut to
 	// OutputLimit, so a secret is never cut in two at the truncation
 	// marker. It must be safe for concurrent use.
@@ -193,6 +202,12 @@ func (o Options) resolve() (resolved, error) {
 			*d.v = d.def
 		}
 	}
+	if o.PreImport == nil {
+		o.PreImport = DefaultPreImport
+	}
+	if o.PoolMaxIdle == 0 {
+		o.PoolMaxIdle = DefaultPoolMaxIdle
+	}
 	if o.OutputsTmpfsBytes == 0 {
 		o.OutputsTmpfsBytes = DefaultOutputsTmpfsBytes
 	}
@@ -238,7 +253,7 @@ func containerEnv() []string {
 		"HOME=" + workDir,
 		"LANG=C.UTF-8",
 		"LC_ALL=C.UTF-8",
-		"MPLBACKEND=Agg",
+		"MPLBACKEND=module://pybox_backend",
 		"MPLCONFIGDIR=/tmp/.config/matplotlib",
 		"OPENBLAS_NUM_THREADS=1",
 		"OMP_NUM_THREADS=1",

@@ -36,21 +36,6 @@ def _pybox_supervisor():
     PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
     out_max = int(os.environ.get("PYBOX_OUTPUT_MAX", str(24 << 20)))
 
-    names = [n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n]
-    if names:
-        # Quietly: a warning printed now would land in the first call's stderr.
-        saved = os.dup(2)
-        devnull = os.open("/dev/null", os.O_WRONLY)
-        os.dup2(devnull, 2)
-        for name in names:
-            try:
-                __import__(name)
-            except Exception:
-                pass
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
     # Pipes to the worker: code in; stdout, stderr, outputs and status out.
     code_r, code_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -76,10 +61,14 @@ def _pybox_supervisor():
                         os.close(fd)
                     except OSError:
                         pass
+            preimport = [n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n]
             for name in ("PYBOX_UID", "PYBOX_GID", "PYBOX_OUTPUT_MAX", "PYBOX_PREIMPORT", "PYBOX_SESSION"):
                 os.environ.pop(name, None)
             if uid != 0:
                 _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP)
+            _pybox_install_backend()
+            _pybox_preimport(preimport)
+            os.write(st_w, b'{"ready": true}\n')
             _pybox_worker(code_r, arc_w, st_w, out_max, session)
         except BaseException as exc:  # never return into the supervisor's code
             try:
@@ -117,6 +106,15 @@ def _pybox_supervisor():
                 return
             write_all(target, data)
 
+    # The worker says when it is ready (its modules imported): only then is
+    # the sandbox ready for code.
+    ready = b""
+    while b"\n" not in ready:
+        data = os.read(st_r, 4096)
+        if not data:
+            break
+        ready += data
+    status = bytearray(ready[ready.index(b"\n") + 1:] if b"\n" in ready else b"")
     write_all(1, ("PYBOX-READY %s\n" % nonce).encode())
     inbuf = bytearray()
 
@@ -139,7 +137,6 @@ def _pybox_supervisor():
 
     worker_alive = True
     archive = bytearray()
-    status = bytearray()
     exit_code = 0
     while worker_alive:
         line = next_request(True)
@@ -254,6 +251,46 @@ def _pybox_supervisor():
         except OSError:
             pass
     os._exit(exit_code & 0xFF)
+
+
+def _pybox_preimport(names):
+    # Import the common heavy modules ahead of the code, as the worker (so
+    # nothing is owned by another user), with its output thrown away, and
+    # leave no file behind: matplotlib's cache directory is removed once
+    # its font list is in memory, and made again on demand.
+    if not names:
+        return
+    import os
+
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        for name in names:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+        mpl = sys.modules.get("matplotlib")
+        if mpl is not None:
+            import shutil
+
+            for fn in ("get_configdir", "get_cachedir"):
+                try:
+                    shutil.rmtree(getattr(mpl, fn)(), ignore_errors=True)
+                    getattr(mpl, fn).cache_clear()
+                except Exception:
+                    pass
+            try:
+                os.rmdir("/tmp/.config")
+            except OSError:
+                pass
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [devnull]:
+            os.close(fd)
 
 
 def _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP):
@@ -446,6 +483,8 @@ class _PyboxBackendFinder:
 def _pybox_install_backend():
     import os
 
+    if any(isinstance(f, _PyboxBackendFinder) for f in sys.meta_path):
+        return
     sys.meta_path.append(_PyboxBackendFinder())
     os.environ["MPLBACKEND"] = "module://pybox_backend"
 

@@ -108,6 +108,8 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	active map[string]struct{} // container ids alive now
+
+	pool *pool
 }
 
 // New returns a Sandbox that talks to the Docker engine configured by the
@@ -126,7 +128,7 @@ func newSandbox(opt Options, eng engine, log zerolog.Logger) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sandbox{
+	s := &Sandbox{
 		opt:    r,
 		eng:    eng,
 		log:    log,
@@ -134,7 +136,9 @@ func newSandbox(opt Options, eng engine, log zerolog.Logger) (*Sandbox, error) {
 		lim:    newLimiter(r.MaxConcurrent, r.MaxQueue, r.QueueTimeout),
 		stop:   make(chan struct{}),
 		active: map[string]struct{}{},
-	}, nil
+	}
+	s.startPool()
+	return s, nil
 }
 
 // Owner is the value of the [LabelOwner] label on this server's containers.
@@ -182,7 +186,6 @@ func (s *Sandbox) Run(ctx context.Context, req Request) Result {
 			return failure(ErrCancelled, err, "pybox: the call was cancelled before it ran.")
 		}
 	}
-	defer s.lim.release()
 	res := s.run(ctx, req)
 	if res.Duration == 0 && res.Error != ErrNone {
 		res.Duration = time.Since(start)
@@ -194,43 +197,95 @@ func failure(kind ErrorKind, cause error, msg string) Result {
 	return Result{Stderr: msg, ExitCode: ExitNotRun, Error: kind, Cause: cause}
 }
 
-// run does one call once it holds a slot.
+// run does one call once it holds a slot, and gives the slot back when the
+// call's container is gone.
 func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
-	spec := s.containerSpec(req.CallID)
+	w := s.takeWarm()
+	if w == nil {
+		var fail *Result
+		if w, fail = s.prepare(ctx, req.CallID, false); fail != nil {
+			s.lim.release()
+			return *fail
+		}
+	}
+	res = s.execute(ctx, w, req)
+	// The result does not wait for the container's removal; the slot does,
+	// so no more than MaxConcurrent call containers ever exist at once.
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		defer s.lim.release()
+		w.st.Close()
+		s.remove(context.WithoutCancel(ctx), w.id)
+	}()
+	return res
+}
+
+// warm is a started sandbox waiting for one call's code.
+type warm struct {
+	id     string
+	st     stream
+	dm     *demux
+	copied chan error
+	born   time.Time
+}
+
+// prepare makes a started sandbox. With wait, it returns once the sandbox
+// is ready for code (its modules imported); otherwise at once.
+func (s *Sandbox) prepare(ctx context.Context, callID string, wait bool) (*warm, *Result) {
+	spec := s.containerSpec(callID)
+	if wait && len(s.opt.PreImport) > 0 {
+		spec.Env = append(spec.Env, "PYBOX_PREIMPORT="+strings.Join(s.opt.PreImport, ","))
+	}
+	fail := func(r Result) (*warm, *Result) { return nil, &r }
 	cctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	id, err := s.eng.Create(cctx, spec)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			// The engine may have made it after we stopped waiting.
-			s.removeByCall(ctx, req.CallID)
-			return failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled before it ran.")
+			s.removeByCall(ctx, callID)
+			return fail(failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled before it ran."))
 		}
-		return s.engineFailure(ctx, err)
+		return fail(s.engineFailure(ctx, err))
 	}
-	res.ContainerID = id
 	s.track(id)
-	defer s.remove(ctx, id)
-
+	undo := func(r Result) (*warm, *Result) {
+		s.remove(ctx, id)
+		return fail(r)
+	}
 	actx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	st, err := s.eng.Attach(actx, id)
 	cancel()
 	if err != nil {
-		return s.engineFailure(ctx, err)
+		return undo(s.engineFailure(ctx, err))
 	}
-	defer st.Close()
-
-	dm := s.newDemux()
-	copied := make(chan error, 1)
-	go func() { copied <- st.Demux(dm.Stdout(), dm.Stderr()) }()
-
+	w := &warm{id: id, st: st, dm: s.newDemux(), copied: make(chan error, 1), born: time.Now()}
+	go func() { w.copied <- st.Demux(w.dm.Stdout(), w.dm.Stderr()) }()
 	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	err = s.eng.Start(sctx, id)
 	cancel()
 	if err != nil {
-		return s.engineFailure(ctx, err)
+		st.Close()
+		return undo(s.engineFailure(ctx, err))
 	}
+	if wait {
+		select {
+		case <-w.dm.ready:
+		case <-w.copied:
+			return undo(failure(ErrSandboxUnavailable, errors.New("the sandbox stopped while it prepared"), "pybox: a sandbox stopped while it prepared."))
+		case <-time.After(2 * engineCallTimeout):
+			st.Close()
+			return undo(failure(ErrSandboxUnavailable, errors.New("the sandbox was not ready in time"), "pybox: a sandbox was not ready in time."))
+		}
+	}
+	return w, nil
+}
 
+// execute runs one call's code in a started sandbox.
+func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result) {
+	id, st, dm, copied := w.id, w.st, w.dm, w.copied
+	res.ContainerID = id
 	files := make([]map[string]any, 0, len(req.Files))
 	for _, f := range req.Files {
 		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
@@ -251,8 +306,20 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	timer := time.NewTimer(req.Timeout)
 	defer timer.Stop()
 	var reason ErrorKind
+	var call *callOut
 	select {
-	case <-copied:
+	case call = <-dm.done:
+		// Both streams ended with the supervisor's marker: the call is
+		// complete, whether or not the container has gone yet.
+	case err := <-copied:
+		if err != nil {
+			select {
+			case call = <-dm.done:
+			default:
+				s.log.Warn().Str("call", req.CallID).Err(err).Msg("reading the sandbox's output failed")
+				return failure(ErrSandboxUnavailable, err, "pybox: the connection to the sandbox's output broke ("+err.Error()+"); the code may not have run. Try again.")
+			}
+		}
 	case <-timer.C:
 		reason = ErrTimeout
 	case <-ctx.Done():
@@ -276,12 +343,13 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		}
 	}
 
-	dm.release()
-	var call *callOut
-	select {
-	case call = <-dm.done:
-	default:
-		call = dm.current()
+	if call == nil {
+		dm.release()
+		select {
+		case call = <-dm.done:
+		default:
+			call = dm.current()
+		}
 	}
 	tr := call.trailer
 	res.Files, res.FileNotes = call.files(s.outputLimits())
@@ -306,6 +374,16 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 		return res
 	}
 
+	if len(res.FileNotes) > 0 {
+		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
+	}
+	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled {
+		// The supervisor's word is enough; no engine call on the fast path.
+		res.ExitCode = *tr.ExitCode
+		return res
+	}
+	// The code died by a signal or the container ended without a trailer:
+	// the engine says whether memory killed it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	code, werr := s.eng.Wait(wctx, id)
@@ -320,9 +398,6 @@ func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
 	}
 	if tr != nil && tr.ExitCode != nil && !state.OOMKilled {
 		res.ExitCode = *tr.ExitCode
-	}
-	if len(res.FileNotes) > 0 {
-		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
 	}
 	if state.OOMKilled || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
 		res.ExitCode = ExitKilled
@@ -452,6 +527,7 @@ func (s *Sandbox) removeByCall(ctx context.Context, callID string) {
 // this server made. It waits for that until ctx ends.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
+	s.closePool()
 	done := make(chan struct{})
 	go func() { s.runs.Wait(); close(done) }()
 	select {

@@ -31,6 +31,15 @@ go test -p 1 -count=1 -timeout 30m -v ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
+if [ "$status" -eq 0 ]; then
+  # The walls, the core calls and the attacks again, with the warm pool on.
+  echo "test: the sandbox's core tests and the attack suite with the pool on (PYBOX_TEST_POOL=2)" >&2
+  set +e
+  PYBOX_TEST_POOL=2 go test -count=1 -timeout 30m -v -run 'TestRun$|TestTraceback|TestTimeout|TestMemory|TestEndless|TestBinary|TestWalls|TestConcurrent|TestNoContainer|TestClose|TestInputFiles|TestOutputFiles|TestHostile|TestAttackSuite' ./sandbox 2>&1 | sed 's/^\(\s*--- [A-Z]*: \)/\1pool: /' | tee -a "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+fi
+
 passed=$(grep -cE '^\s*--- PASS' "$log" || true)
 failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
 skipped=$(grep -cE '^\s*--- SKIP' "$log" || true)

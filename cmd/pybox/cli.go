@@ -20,6 +20,7 @@ Usage:
   pybox image build [flags]  build the sandbox image from Debian packages
   pybox image check [flags]  say whether the image is present and what it holds
   pybox doctor [flags]       check everything a first run needs
+  pybox bench [flags]        measure latency and throughput, pool off against on
   pybox version              print the version
 
 Run 'pybox COMMAND --help' for a command's flags.`
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdImage(ctx, args, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(ctx, args, stdout, stderr)
+	case "bench":
+		return cmdBench(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "pybox", version())
 		return 0

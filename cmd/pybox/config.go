@@ -58,6 +58,11 @@ type config struct {
 	maxOutputFileBytes byteSize
 	maxOutputBytes     byteSize
 
+	// Warm pool (serve only).
+	pool        int
+	preImport   stringList
+	poolMaxIdle time.Duration
+
 	// Sessions.
 	maxSessions   int
 	sessionIdle   time.Duration
@@ -100,6 +105,9 @@ func (l *stringList) Set(s string) error {
 func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	if withServe {
+		fs.IntVar(&cfg.pool, "pool", 2, "started sandboxes kept waiting for calls, with Python up and common modules imported; 0 turns the pool off")
+		fs.Var(&cfg.preImport, "pre-import", "a module pooled sandboxes import ahead of the code (repeatable; comma-separated in PYBOX_PRE_IMPORT; default numpy, pandas, matplotlib.pyplot)")
+		fs.DurationVar(&cfg.poolMaxIdle, "pool-max-idle", sandbox.DefaultPoolMaxIdle, "a pooled sandbox that waited this long is replaced")
 		fs.StringVar(&cfg.transport, "transport", "stdio", "MCP transport: stdio, http (Streamable HTTP on /mcp) or sse (/sse and /message)")
 		fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8765", "address for the http and sse transports")
 		fs.StringVar(&cfg.authToken, "auth-token", "", "bearer token every HTTP request must carry (required off loopback)")
@@ -223,7 +231,23 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		MaxOutputFiles:     c.maxOutputFiles,
 		MaxOutputFileBytes: int(c.maxOutputFileBytes),
 		MaxOutputBytes:     int(c.maxOutputBytes),
+		PoolSize:           c.pool,
+		PreImport:          c.preImportList(),
+		PoolMaxIdle:        c.poolMaxIdle,
 	}
+}
+
+// preImportList is nil (the default list) unless modules were named.
+func (c *config) preImportList() []string {
+	var out []string
+	for _, m := range c.preImport {
+		for _, part := range strings.Split(m, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
 }
 
 // queueOption maps the flag's 0 (no queue) to the option's -1.
@@ -250,6 +274,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--max-queue must not be negative")
 	case c.outputLimit < 1024:
 		return fmt.Errorf("--output-limit must be at least 1KiB")
+	case c.pool < 0:
+		return fmt.Errorf("--pool must not be negative")
 	case c.maxSessions <= 0 || c.sessionIdle <= 0 || c.sessionMaxAge <= 0:
 		return fmt.Errorf("the session limits must be positive")
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:

@@ -50,7 +50,9 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stdout, "     fix: %s\n", fix)
 		}
 	}
-	sb, err := sandbox.New(cfg.sandboxOptions(nil), zerolog.Nop())
+	opt := cfg.sandboxOptions(nil)
+	opt.PoolSize = 0
+	sb, err := sandbox.New(opt, zerolog.Nop())
 	if err != nil {
 		check(false, "config", err.Error(), "correct the flag or PYBOX_* variable")
 		return 1

@@ -84,7 +84,8 @@ func (s *syncBuffer) String() string {
 func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image())
+	// No pool unless a test asks: these tests count the server's containers.
+	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_POOL=0")
 	cmd.Env = append(cmd.Env, env...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -443,7 +444,7 @@ func startHTTP(t *testing.T, transportName, token string) string {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(binary, "serve", "--transport", transportName, "--addr", addr)
-	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token)
+	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+os.Getenv("PYBOX_POOL"))
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
