@@ -22,7 +22,15 @@ type pool struct {
 	ready []*warm
 	wake  chan struct{}
 	done  chan struct{}
+	// lastMiss is when a call last found the pool empty. Under such load
+	// the pool refills with light sandboxes (no pre-imports): importing
+	// numpy, pandas and matplotlib for each would take the CPU the calls
+	// need, and the engine's create rate bounds throughput either way.
+	lastMiss time.Time
 }
+
+// loadWindow is how long after a miss the pool stays light.
+const loadWindow = 3 * time.Second
 
 // startPool starts the refiller when the pool is on.
 func (s *Sandbox) startPool() {
@@ -42,6 +50,11 @@ func (s *Sandbox) takeWarm() *warm {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() {
+		if len(p.ready) == 0 {
+			p.lastMiss = time.Now()
+		}
+	}()
 	for len(p.ready) > 0 {
 		w := p.ready[0]
 		p.ready = p.ready[1:]
@@ -93,12 +106,24 @@ func (s *Sandbox) refill() {
 		}
 		p.ready = fresh
 		short := s.opt.PoolSize - len(p.ready)
+		loaded := time.Since(p.lastMiss) < loadWindow
+		if !loaded && short == 0 {
+			// Load has passed: trade a light sandbox for a full one.
+			for i, w := range p.ready {
+				if w.light {
+					stale = append(stale, w)
+					p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+					short = 1
+					break
+				}
+			}
+		}
 		p.mu.Unlock()
 		for _, w := range stale {
 			s.discard(w)
 		}
 		if short > 0 {
-			w, fail := s.prepare(context.Background(), "pool-"+NewID()[:12], true)
+			w, fail := s.prepareSandbox(context.Background(), "pool-"+NewID()[:12], true, !loaded)
 			if fail != nil {
 				s.log.Debug().Err(fail.Cause).Msg("preparing a pooled sandbox failed; retrying")
 				select {
@@ -122,13 +147,30 @@ func (s *Sandbox) refill() {
 			p.mu.Unlock()
 			continue
 		}
+		wait := tick.C
+		var lightDone <-chan time.Time
+		if p.hasLight() {
+			lightDone = time.After(loadWindow)
+		}
 		select {
 		case <-s.stop:
 			return
 		case <-p.wake:
-		case <-tick.C:
+		case <-wait:
+		case <-lightDone:
 		}
 	}
+}
+
+func (p *pool) hasLight() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.ready {
+		if w.light {
+			return true
+		}
+	}
+	return false
 }
 
 // closePool stops the refiller and destroys the waiting sandboxes.
@@ -147,12 +189,19 @@ func (s *Sandbox) closePool() {
 	}
 }
 
-// PoolReady reports how many pooled sandboxes wait for a call.
+// PoolReady reports how many pooled sandboxes, with their modules
+// imported, wait for a call.
 func (s *Sandbox) PoolReady() int {
 	if s.pool == nil {
 		return 0
 	}
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
-	return len(s.pool.ready)
+	n := 0
+	for _, w := range s.pool.ready {
+		if !w.light {
+			n++
+		}
+	}
+	return n
 }

@@ -228,13 +228,19 @@ type warm struct {
 	dm     *demux
 	copied chan error
 	born   time.Time
+	// light sandboxes were made without the pre-imports, under load.
+	light bool
 }
 
 // prepare makes a started sandbox. With wait, it returns once the sandbox
 // is ready for code (its modules imported); otherwise at once.
 func (s *Sandbox) prepare(ctx context.Context, callID string, wait bool) (*warm, *Result) {
+	return s.prepareSandbox(ctx, callID, wait, wait)
+}
+
+func (s *Sandbox) prepareSandbox(ctx context.Context, callID string, wait, preimport bool) (*warm, *Result) {
 	spec := s.containerSpec(callID)
-	if wait && len(s.opt.PreImport) > 0 {
+	if preimport && len(s.opt.PreImport) > 0 {
 		spec.Env = append(spec.Env, "PYBOX_PREIMPORT="+strings.Join(s.opt.PreImport, ","))
 	}
 	fail := func(r Result) (*warm, *Result) { return nil, &r }
@@ -260,7 +266,7 @@ func (s *Sandbox) prepare(ctx context.Context, callID string, wait bool) (*warm,
 	if err != nil {
 		return undo(s.engineFailure(ctx, err))
 	}
-	w := &warm{id: id, st: st, dm: s.newDemux(), copied: make(chan error, 1), born: time.Now()}
+	w := &warm{id: id, st: st, dm: s.newDemux(), copied: make(chan error, 1), born: time.Now(), light: !preimport}
 	go func() { w.copied <- st.Demux(w.dm.Stdout(), w.dm.Stderr()) }()
 	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	err = s.eng.Start(sctx, id)
