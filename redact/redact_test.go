@@ -53,29 +53,20 @@ func TestRecall(t *testing.T) {
 	missed := map[string]int{}
 	for _, s := range corpus {
 		all.WriteString(s.Text + "\n")
-		if leaked(r.String(s.Text), s.Secret) {
+		if redacttest.Leaked(r.String(s.Text), s.Secret) {
 			missed[s.Kind]++
 			t.Errorf("%s: %q -> %q", s.Kind, s.Text, r.String(s.Text))
 		}
 	}
 	out := r.String(all.String())
 	for _, s := range corpus {
-		if leaked(out, s.Secret) {
+		if redacttest.Leaked(out, s.Secret) {
 			t.Errorf("%s: survived in the whole text", s.Kind)
 		}
 	}
 	t.Logf("%d samples of %d kinds; missed per kind: %v", len(corpus), len(redacttest.Kinds()), missed)
 }
 
-// leaked reports whether any 12-byte part of secret is in out.
-func leaked(out, secret string) bool {
-	for _, f := range redacttest.Fragments(secret, 12) {
-		if strings.Contains(out, f) {
-			return true
-		}
-	}
-	return false
-}
 
 // TestPrecision: benign output comes back byte for byte.
 func TestPrecision(t *testing.T) {
@@ -172,7 +163,7 @@ func FuzzRedact(f *testing.F) {
 		in := before + " " + a.Text + after + " " + b.Text + "\n" + before
 		got := r.String(in)
 		for _, s := range []redacttest.Sample{a, b} {
-			if leaked(got, s.Secret) {
+			if redacttest.Leaked(got, s.Secret) {
 				t.Fatalf("%s survived: %q -> %q", s.Kind, in, got)
 			}
 		}

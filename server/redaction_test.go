@@ -71,7 +71,7 @@ func TestRedactionRecallThroughSandbox(t *testing.T) {
 		kinds[s.Kind] = true
 		ok := true
 		for stream, text := range map[string]string{"stdout": out.Stdout, "stderr": out.Stderr} {
-			if leaked(text, s.Secret) {
+			if redacttest.Leaked(text, s.Secret) {
 				ok = false
 				t.Errorf("%s survived in %s: %q", s.Kind, stream, s.Text)
 			}
@@ -89,15 +89,6 @@ func TestRedactionRecallThroughSandbox(t *testing.T) {
 	}
 }
 
-// leaked reports whether any 12-byte part of secret is in out.
-func leaked(out, secret string) bool {
-	for _, f := range redacttest.Fragments(secret, 12) {
-		if strings.Contains(out, f) {
-			return true
-		}
-	}
-	return false
-}
 
 // TestRedactionPrecisionThroughSandbox prints benign output through the
 // sandbox: what Go generated comes back byte for byte, and data frames and

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -444,7 +445,7 @@ func startHTTP(t *testing.T, transportName, token string) string {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(binary, "serve", "--transport", transportName, "--addr", addr)
-	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+os.Getenv("PYBOX_POOL"))
+	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+cmp.Or(os.Getenv("PYBOX_POOL"), "0"))
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -263,3 +263,13 @@ func Benign(seed int64) []string {
 	}
 	return out
 }
+
+// Leaked reports whether any 12-byte part of secret is in out.
+func Leaked(out, secret string) bool {
+	for _, f := range Fragments(secret, 12) {
+		if strings.Contains(out, f) {
+			return true
+		}
+	}
+	return false
+}
