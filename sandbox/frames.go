@@ -35,6 +35,9 @@ type demux struct {
 	held   []byte
 	need   int // archive bytes still to come
 	eheld  []byte
+	// early holds stderr that arrived before stdout's handshake: the
+	// engine copies the two streams apart, so stderr can overtake it.
+	early []byte
 	queued []*callOut // calls whose stdout ended before their stderr did
 }
 
@@ -57,6 +60,9 @@ const (
 
 // maxFrameLine bounds the handshake and the trailer lines.
 const maxFrameLine = 64 << 10
+
+// maxEarly bounds the stderr held before the handshake.
+const maxEarly = 1 << 20
 
 // trailer is what the supervisor says at the end of a call.
 type trailer struct {
@@ -88,10 +94,14 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// current returns the call being written now.
+// current returns the oldest call not yet delivered: one whose stdout
+// ended but whose stderr did not, or the call being written now.
 func (d *demux) current() *callOut {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(d.queued) > 0 {
+		return d.queued[0]
+	}
 	return d.cur
 }
 
@@ -148,6 +158,11 @@ func (d *demux) endLine() {
 		}
 		d.state = frameStdout
 		d.readyOnce.Do(func() { close(d.ready) })
+		if len(d.early) > 0 {
+			early := d.early
+			d.early = nil
+			d.stderrLocked(early)
+		}
 	case frameTrailer:
 		t := &trailer{}
 		if err := json.Unmarshal([]byte(line), t); err != nil {
@@ -176,6 +191,18 @@ func (d *demux) writeStderr(p []byte) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := len(p)
+	if d.state == frameHandshake {
+		if len(d.early) < maxEarly {
+			d.early = append(d.early, p[:min(len(p), maxEarly-len(d.early))]...)
+		}
+		return n, nil
+	}
+	d.stderrLocked(p)
+	return n, nil
+}
+
+// stderrLocked routes stderr to its call; d.mu is held.
+func (d *demux) stderrLocked(p []byte) {
 	for len(p) > 0 {
 		// stderr belongs to the oldest call whose stderr has not ended.
 		target := d.cur
@@ -193,7 +220,6 @@ func (d *demux) writeStderr(p []byte) (int, error) {
 			d.flush()
 		}
 	}
-	return n, nil
 }
 
 // flush sends the calls whose both streams have ended.
@@ -256,6 +282,11 @@ func scanMarker(p, marker []byte, held *[]byte, out io.Writer) (rest []byte, fou
 func (d *demux) release() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(d.early) > 0 {
+		// No handshake ever came: it is all the code's.
+		d.cur.stderr.Write(d.early)
+		d.early = nil
+	}
 	if len(d.held) > 0 {
 		d.cur.stdout.Write(d.held)
 		d.held = nil

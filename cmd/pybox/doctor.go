@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -60,8 +61,14 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	where := sb.EngineHost()
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		where += " (from DOCKER_HOST)"
+	} else {
+		where += " (the default; DOCKER_HOST is not set)"
 	}
+	fmt.Fprintf(stdout, "info %-10s %s\n", "sockets", socketsSeen())
 	api, err := sb.Ping(ctx)
+	if err != nil {
+		where += ": " + err.Error()
+	}
 	check(err == nil, "engine", fmt.Sprintf("%s answers: %v", where, err == nil),
 		"start Docker (`sudo systemctl start docker`, or `sudo scripts/ensure-docker.sh` from the pybox repository), or set DOCKER_HOST to a running engine")
 	if err != nil {
@@ -136,4 +143,50 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintln(stdout, "all checks passed")
 	return 0
+}
+
+// socketsSeen names the usual engine sockets of Linux, macOS (Docker
+// Desktop, Colima, Podman) and Windows that exist on this machine.
+func socketsSeen() string {
+	home, _ := os.UserHomeDir()
+	paths := []string{
+		"/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock",
+		fmt.Sprintf("/run/user/%d/podman/podman.sock", os.Getuid()),
+		home + "/.docker/run/docker.sock", home + "/.colima/default/docker.sock",
+		home + "/.local/share/containers/podman/machine/podman.sock",
+		`\\.\pipe\docker_engine`,
+	}
+	var found, missing []string
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			found = append(found, p)
+		} else {
+			missing = append(missing, p)
+		}
+	}
+	if ctx := dockerContext(home); ctx != "" {
+		found = append(found, "docker context "+ctx+" (set DOCKER_HOST to its endpoint; pybox reads DOCKER_HOST, not contexts)")
+	}
+	if len(found) == 0 {
+		return "none of " + strings.Join(missing, ", ") + " exists"
+	}
+	return "found " + strings.Join(found, ", ")
+}
+
+// dockerContext is the Docker CLI's current context, if one is set.
+func dockerContext(home string) string {
+	if c := os.Getenv("DOCKER_CONTEXT"); c != "" {
+		return c
+	}
+	b, err := os.ReadFile(home + "/.docker/config.json")
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		CurrentContext string `json:"currentContext"`
+	}
+	if json.Unmarshal(b, &cfg) != nil || cfg.CurrentContext == "default" {
+		return ""
+	}
+	return cfg.CurrentContext
 }

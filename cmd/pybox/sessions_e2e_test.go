@@ -20,18 +20,17 @@ func httpClient(t *testing.T, addr, token string) *mcpclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	initClient(t, c)
+	return c
+}
+
+// mcpInit is an initialize request of a protocol version with sessions, so
+// that a connection has an identity.
+func mcpInit() mcp.InitializeRequest {
 	init := mcp.InitializeRequest{}
-	// A protocol version with sessions: a connection has an identity.
 	init.Params.ProtocolVersion = "2025-06-18"
 	init.Params.ClientInfo = mcp.Implementation{Name: "e2e", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return init
 }
 
 func runVia(t *testing.T, c *mcpclient.Client, args map[string]any) (map[string]any, bool) {
