@@ -67,7 +67,6 @@ func TestRecall(t *testing.T) {
 	t.Logf("%d samples of %d kinds; missed per kind: %v", len(corpus), len(redacttest.Kinds()), missed)
 }
 
-
 // TestPrecision: benign output comes back byte for byte.
 func TestPrecision(t *testing.T) {
 	r := redact.MustNew(redact.Options{Values: redacttest.Known(7, 8)})

@@ -30,14 +30,14 @@ type demux struct {
 	done       chan *callOut
 
 	// stdout's state
-	state  int
-	line   []byte
-	held   []byte
-	need   int // archive bytes still to come
-	eheld  []byte
+	state int
+	line  []byte
+	held  []byte
+	need  int // archive bytes still to come
+	eheld []byte
 	// early holds stderr that arrived before stdout's handshake: the
 	// engine copies the two streams apart, so stderr can overtake it.
-	early []byte
+	early  []byte
 	queued []*callOut // calls whose stdout ended before their stderr did
 }
 

@@ -89,7 +89,6 @@ func TestRedactionRecallThroughSandbox(t *testing.T) {
 	}
 }
 
-
 // TestRedactionPrecisionThroughSandbox prints benign output through the
 // sandbox: what Go generated comes back byte for byte, and data frames and
 // arrays made in the sandbox come back as a run without redaction prints

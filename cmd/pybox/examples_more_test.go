@@ -147,7 +147,6 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 }
 
-
 // TestGoClientExample runs examples/client against the binary under test.
 func TestGoClientExample(t *testing.T) {
 	testenv.Engine(t, image())
