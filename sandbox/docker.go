@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"syscall"
 
@@ -395,21 +394,21 @@ func isUnavailable(err error) bool {
 	if client.IsErrConnectionFailed(err) {
 		return true
 	}
+	if errdefs.IsSystem(err) || errdefs.IsInvalidParameter(err) || errdefs.IsConflict(err) || errdefs.IsNotFound(err) || errdefs.IsForbidden(err) {
+		return false
+	}
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return true
 	}
-	var pe *os.PathError
-	if errors.As(err, &pe) {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
+	// A message from the engine itself ("no such file" about a binary of
+	// its own, say) is a refusal, not an absence: only the client's own
+	// words about the connection count here.
 	msg := err.Error()
 	return strings.Contains(msg, "Cannot connect to the Docker daemon") ||
-		strings.Contains(msg, "connection refused") ||
-		strings.Contains(msg, "no such file or directory") ||
 		strings.Contains(msg, "error during connect")
 }
 
