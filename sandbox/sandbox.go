@@ -485,8 +485,7 @@ func (s *Sandbox) containerSpec(callID string) containerSpec {
 		Tmpfs: map[string]string{
 			"/tmp":           fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", o.TmpfsBytes),
 			"/mnt/user-data": fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=0755", o.MaxInputBytes+(1<<20)),
-			// 1777 rather than uid=: Podman's engine refuses tmpfs uid options.
-			"/mnt/outputs": fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=1777", o.OutputsTmpfsBytes),
+			"/mnt/outputs":   fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,uid=%s,gid=%s,mode=0755", o.OutputsTmpfsBytes, uid, gid),
 		},
 		ShmBytes:   DefaultShmBytes,
 		CapDropAll: !o.KeepCapabilities,
