@@ -411,6 +411,3 @@ func isUnavailable(err error) bool {
 	return strings.Contains(msg, "Cannot connect to the Docker daemon") ||
 		strings.Contains(msg, "error during connect")
 }
-
-// isNotFound reports whether err means the engine does not know an object.
-func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

@@ -147,7 +147,7 @@ type Options struct {
 	Redact func(string) string
 }
 
-// spec holds the resolved options.
+// resolved holds the options with every default filled in.
 type resolved struct {
 	Options
 	seccomp string

@@ -292,15 +292,10 @@ func (s *Sandbox) prepareSandbox(ctx context.Context, callID string, wait, preim
 func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result) {
 	id, st, dm, copied := w.id, w.st, w.dm, w.copied
 	res.ContainerID = id
-	files := make([]map[string]any, 0, len(req.Files))
-	for _, f := range req.Files {
-		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
-	}
-	payload, err := json.Marshal(map[string]any{"code": req.Code, "files": files})
+	payload, err := encodeRequest(req)
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
 	}
-	payload = append(payload, '\n')
 	handover := time.Now()
 	go func() {
 		// A container that died at once stops reading; Close unblocks us.
@@ -358,13 +353,7 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 		}
 	}
 	tr := call.trailer
-	res.Files, res.FileNotes = call.files(s.outputLimits())
-	stdout, stderr := call.stdout, call.stderr
-	res.Stdout, res.Truncated = stdout.Text()
-	var errTrunc bool
-	res.Stderr, errTrunc = stderr.Text()
-	res.Truncated = res.Truncated || errTrunc
-	res.StdoutBytes, res.StderrBytes = stdout.Total(), stderr.Total()
+	s.collect(call, &res)
 
 	switch reason {
 	case ErrTimeout:
@@ -380,9 +369,7 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 		return res
 	}
 
-	if len(res.FileNotes) > 0 {
-		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
-	}
+	noteFiles(&res)
 	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled {
 		// The supervisor's word is enough; no engine call on the fast path.
 		res.ExitCode = *tr.ExitCode
@@ -424,6 +411,33 @@ func (s *Sandbox) newDemux() *demux {
 
 func (s *Sandbox) outputLimits() outputLimits {
 	return outputLimits{files: s.opt.MaxOutputFiles, fileBytes: s.opt.MaxOutputFileBytes, total: s.opt.MaxOutputBytes}
+}
+
+// encodeRequest is the runner's request line for one call.
+func encodeRequest(req Request) ([]byte, error) {
+	files := make([]map[string]any, 0, len(req.Files))
+	for _, f := range req.Files {
+		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
+	}
+	payload, err := json.Marshal(map[string]any{"code": req.Code, "files": files})
+	return append(payload, '\n'), err
+}
+
+// collect puts a call's output, as kept, redacted and checked, in res.
+func (s *Sandbox) collect(call *callOut, res *Result) {
+	res.Files, res.FileNotes = call.files(s.outputLimits())
+	res.Stdout, res.Truncated = call.stdout.Text()
+	var errTrunc bool
+	res.Stderr, errTrunc = call.stderr.Text()
+	res.Truncated = res.Truncated || errTrunc
+	res.StdoutBytes, res.StderrBytes = call.stdout.Total(), call.stderr.Total()
+}
+
+// noteFiles says in stderr which output files were left out.
+func noteFiles(res *Result) {
+	if len(res.FileNotes) > 0 {
+		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
+	}
 }
 
 // appendNote adds a pybox line to a stream, on a line of its own.

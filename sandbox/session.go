@@ -2,10 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -113,13 +111,12 @@ func (se *Session) Run(ctx context.Context, req Request) Result {
 	s.runs.Add(1)
 	defer s.runs.Done()
 
-	files := make([]map[string]any, 0, len(req.Files))
-	for _, f := range req.Files {
-		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
+	payload, err := encodeRequest(req)
+	if err != nil {
+		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
 	}
-	payload, _ := json.Marshal(map[string]any{"code": req.Code, "files": files})
 	handover := time.Now()
-	if _, err := se.st.Stdin().Write(append(payload, '\n')); err != nil {
+	if _, err := se.st.Stdin().Write(payload); err != nil {
 		se.end(ctx, "its sandbox stopped")
 		return failure(ErrSessionExpired, err, "pybox: this session has ended (its sandbox stopped); start a new one with session_id \"new\".")
 	}
@@ -152,15 +149,8 @@ func (se *Session) Run(ctx context.Context, req Request) Result {
 	if call == nil {
 		call = se.dm.current()
 	}
-	res.Stdout, res.Truncated = call.stdout.Text()
-	var errTrunc bool
-	res.Stderr, errTrunc = call.stderr.Text()
-	res.Truncated = res.Truncated || errTrunc
-	res.StdoutBytes, res.StderrBytes = call.stdout.Total(), call.stderr.Total()
-	res.Files, res.FileNotes = call.files(s.outputLimits())
-	if len(res.FileNotes) > 0 {
-		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
-	}
+	s.collect(call, &res)
+	noteFiles(&res)
 	finished := call.trailer != nil && call.stderrDone
 	if finished && call.trailer.ExitCode != nil {
 		res.ExitCode = *call.trailer.ExitCode

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ func parseInput(raw any, opt Options) (input, error) {
 	}
 	var unknown []string
 	for k := range args {
-		if !contains(allowedFields, k) {
+		if !slices.Contains(allowedFields, k) {
 			unknown = append(unknown, fmt.Sprintf("%q", k))
 		}
 	}
@@ -112,15 +113,6 @@ func argsMap(raw any) (map[string]any, error) {
 		return argsMap(json.RawMessage(a))
 	}
 	return nil, errors.New("arguments must be a JSON object")
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func jsonType(v any) string {

@@ -209,16 +209,15 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	}
 	sreq := sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files}
 	var res sandbox.Result
+	var sessionID string
 	if in.Session == "" {
 		res = h.opt.Runner.Run(ctx, sreq)
 	} else {
-		res = h.runInSession(ctx, in.Session, sreq)
+		res, sessionID = h.runInSession(ctx, in.Session, sreq)
 	}
 	cause = res.Cause
 	out = FromResult(res, h.opt.Redactor)
-	if in.Session != "" && res.Error != sandbox.ErrSessionExpired && res.Error != sandbox.ErrTooManyRequests && res.Error != sandbox.ErrSandboxUnavailable {
-		out.SessionID = res.ContainerID // set by runInSession to the session's id
-	}
+	out.SessionID = sessionID
 	content, infos := fileContents(res.Files, h.opt.Redactor)
 	out.Files = infos
 	r := h.result(out)
@@ -226,24 +225,26 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	return r, nil
 }
 
-// runInSession runs a call in the caller's session: a new one for "new".
-// The Result's ContainerID carries the session's id.
-func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Request) sandbox.Result {
+// runInSession runs a call in the caller's session, a new one for "new",
+// and returns the session's id unless no session served the call.
+func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Request) (sandbox.Result, string) {
 	owner := ownerOf(ctx)
 	var s *session
 	if id == "new" {
 		var res sandbox.Result
 		if s, res = h.sessions.create(ctx, owner, h.opt.Runner); s == nil {
-			return res
+			return res, ""
 		}
 	} else if s = h.sessions.acquire(id, owner); s == nil {
 		return sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSessionExpired,
-			Stderr: "pybox: no live session of yours has this session_id (it ended, expired, or belongs to another connection); start one with session_id \"new\"."}
+			Stderr: "pybox: no live session of yours has this session_id (it ended, expired, or belongs to another connection); start one with session_id \"new\"."}, ""
 	}
 	defer h.sessions.release(s)
 	res := s.sb.Run(ctx, req)
-	res.ContainerID = s.id
-	return res
+	if res.Error == sandbox.ErrSessionExpired || res.Error == sandbox.ErrTooManyRequests || res.Error == sandbox.ErrSandboxUnavailable {
+		return res, ""
+	}
+	return res, s.id
 }
 
 // FromResult shapes a sandbox result into the tool's output, redacted.

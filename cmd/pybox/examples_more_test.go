@@ -107,16 +107,7 @@ func TestCursorExample(t *testing.T) {
 
 func TestClaudeCodeHTTPExample(t *testing.T) {
 	testenv.Engine(t, image())
-	b, err := os.ReadFile("../../examples/claude_code_http.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "claude mcp add ") {
-			line = l
-		}
-	}
+	line := claudeAddLine(t, "../../examples/claude_code_http.sh")
 	if !strings.Contains(line, "--transport http") {
 		t.Fatalf("no --transport http in %q", line)
 	}

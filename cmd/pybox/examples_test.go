@@ -53,16 +53,7 @@ func TestClaudeDesktopExample(t *testing.T) {
 
 func TestClaudeCodeExample(t *testing.T) {
 	testenv.Engine(t, image())
-	b, err := os.ReadFile("../../examples/claude_code.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "claude mcp add ") {
-			line = l
-		}
-	}
+	line := claudeAddLine(t, "../../examples/claude_code.sh")
 	// claude mcp add [options] <name> -- <command> [args...]
 	before, after, ok := strings.Cut(line, " -- ")
 	if !ok {
@@ -78,4 +69,20 @@ func TestClaudeCodeExample(t *testing.T) {
 	if a.Result.StructuredContent["stdout"] != "code\n" {
 		t.Errorf("a call through the example's command line: %v", a.Result.StructuredContent)
 	}
+}
+
+// claudeAddLine returns the `claude mcp add` line of a script in examples.
+func claudeAddLine(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "claude mcp add ") {
+			return l
+		}
+	}
+	t.Fatalf("%s has no `claude mcp add` line", path)
+	return ""
 }
