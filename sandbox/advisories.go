@@ -15,12 +15,17 @@ func (e EngineInfo) Advisories(runtime string) []string {
 	if v, ok := parseVersion(e.RuncVersion); ok && runcVulnerable(v) {
 		out = append(out, fmt.Sprintf("runc %s lacks the fixes for CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881 (container escapes through /dev/null masking, /dev/console and procfs writes; fixed in runc 1.2.8, 1.3.3 and 1.4.0-rc.3): upgrade the engine's runc, or run calls under gVisor (--runtime runsc)", e.RuncVersion))
 	}
-	if v, ok := parseVersion(e.ServerVersion); ok && v[0] < 25 {
+	podman := e.Product == "Podman"
+	if v, ok := parseVersion(e.ServerVersion); ok && v[0] < 25 && !podman {
 		out = append(out, fmt.Sprintf("Docker Engine %s is past its end of life; a current engine gets security fixes", e.ServerVersion))
 	}
 	if runtime != "runsc" {
 		have := "not registered with this engine (scripts/ensure-gvisor.sh registers it)"
-		if slices.Contains(e.Runtimes, "runsc") {
+		switch {
+		case podman:
+			// Podman lists every runtime its configuration names, installed or not.
+			have = "usable with Podman once installed where containers.conf looks for it"
+		case slices.Contains(e.Runtimes, "runsc"):
 			have = "registered with this engine"
 		}
 		out = append(out, "stronger isolation: --runtime runsc runs every call under gVisor, a user-space kernel between the code and the host's; runsc is "+have)
@@ -29,7 +34,10 @@ func (e EngineInfo) Advisories(runtime string) []string {
 	for _, o := range e.SecurityOptions {
 		userns = userns || strings.Contains(o, "name=userns")
 	}
-	if !userns {
+	switch {
+	case podman:
+		out = append(out, "stronger isolation: a rootless Podman service, or userns = \"auto\" in containers.conf, maps the sandbox's users to unprivileged host users")
+	case !userns:
 		out = append(out, "stronger isolation: user-namespace remapping (\"userns-remap\": \"default\" in /etc/docker/daemon.json) maps the sandbox's users to unprivileged host users")
 	}
 	return out

@@ -581,9 +581,10 @@ type postureEngine struct {
 	faults  []string
 }
 
-func (p *postureEngine) Start(ctx context.Context, id string) error {
-	if err := p.engine.Start(ctx, id); err != nil {
-		return err
+func (p *postureEngine) Launch(ctx context.Context, id string) (stream, error) {
+	s, err := p.engine.Launch(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	st, err := p.engine.Inspect(ctx, id)
 	p.mu.Lock()
@@ -591,10 +592,10 @@ func (p *postureEngine) Start(ctx context.Context, id string) error {
 	p.checked++
 	if err != nil {
 		p.faults = append(p.faults, "inspect: "+err.Error())
-		return nil
+		return s, nil
 	}
 	p.faults = append(p.faults, cisFaults(st.Raw, p.runtime)...)
-	return nil
+	return s, nil
 }
 
 // cisFaults checks a container's inspection against the CIS Docker

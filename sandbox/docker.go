@@ -2,12 +2,17 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/docker/docker/api/types/container"
@@ -25,10 +30,11 @@ import (
 type engine interface {
 	// Create makes a stopped container from spec and returns its id.
 	Create(ctx context.Context, spec containerSpec) (string, error)
-	// Attach connects to the container's stdin, stdout and stderr. It must
-	// be called before Start so no output is missed.
-	Attach(ctx context.Context, id string) (stream, error)
-	Start(ctx context.Context, id string) error
+	// Launch starts the container with its stdin, stdout and stderr
+	// attached. Engines differ in the order they allow (Docker attaches
+	// before the start, Podman only after it), so the runner writes nothing
+	// until it reads its first line from stdin: nothing is missed either way.
+	Launch(ctx context.Context, id string) (stream, error)
 	Kill(ctx context.Context, id string) error
 	// Wait blocks until the container is not running.
 	Wait(ctx context.Context, id string) (exitCode int, err error)
@@ -84,6 +90,9 @@ type containerSpec struct {
 	LogDriver string
 	Init      bool
 	NoFile    int64
+	// NProc, when set, limits the processes of the code's uid (host-wide
+	// without a user namespace; root is exempt).
+	NProc int64
 }
 
 type containerState struct {
@@ -108,6 +117,8 @@ type imageInfo struct {
 
 // EngineInfo is what the engine says about itself.
 type EngineInfo struct {
+	// Product is "Docker Engine" or "Podman".
+	Product       string
 	ServerVersion string
 	APIVersion    string
 	OS            string
@@ -125,6 +136,14 @@ var errImageMissing = errors.New("image not found")
 
 type dockerEngine struct {
 	cli *client.Client
+
+	mu sync.Mutex
+	// flavor is what serves the Docker API: "" until known, "docker", or
+	// "podman" (whose compatible API differs in a few places; see adapt).
+	flavor string
+	// seccompFile is where the pinned profile was written for an engine
+	// that reads seccomp= as a file path.
+	seccompFile string
 }
 
 // newDockerEngine returns an engine for the Docker client configuration of
@@ -139,7 +158,100 @@ func newDockerEngine() (*dockerEngine, error) {
 
 func (d *dockerEngine) Host() string { return d.cli.DaemonHost() }
 
+// kind says what serves the API, asking once.
+func (d *dockerEngine) kind(ctx context.Context) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.flavor != "" {
+		return d.flavor, nil
+	}
+	v, err := d.cli.ServerVersion(ctx)
+	if err != nil {
+		return "", err
+	}
+	d.flavor = "docker"
+	for _, c := range v.Components {
+		if strings.HasPrefix(c.Name, "Podman") {
+			d.flavor = "podman"
+		}
+	}
+	return d.flavor, nil
+}
+
+// podmanNProc is the process limit pybox sets under Podman, which otherwise
+// sets 4194304 and fails where root may not raise its own limits that far.
+// The cgroup's pids limit stays the wall per sandbox.
+const podmanNProc = 4096
+
+// adapt rewrites a spec for Podman's Docker-compatible API, which reads
+// seccomp= as a path on the engine's host rather than the profile itself,
+// refuses uid= and gid= among tmpfs options, and sets a process limit of
+// its own unless given one.
+func (d *dockerEngine) adapt(s containerSpec) (containerSpec, error) {
+	if s.NProc == 0 {
+		s.NProc = podmanNProc
+	}
+	if s.Seccomp != "" && s.Seccomp != "unconfined" {
+		path, err := d.profileFile(s.Seccomp)
+		if err != nil {
+			return s, err
+		}
+		s.Seccomp = path
+	}
+	tmpfs := make(map[string]string, len(s.Tmpfs))
+	for dir, opts := range s.Tmpfs {
+		// The runner opens a root-owned /mnt/outputs to the worker.
+		var kept []string
+		for _, o := range strings.Split(opts, ",") {
+			if !strings.HasPrefix(o, "uid=") && !strings.HasPrefix(o, "gid=") {
+				kept = append(kept, o)
+			}
+		}
+		tmpfs[dir] = strings.Join(kept, ",")
+	}
+	s.Tmpfs = tmpfs
+	return s, nil
+}
+
+// profileFile writes a seccomp profile where a local engine can read it,
+// named by its digest, and returns the path.
+func (d *dockerEngine) profileFile(profile string) (string, error) {
+	if !strings.HasPrefix(d.cli.DaemonHost(), "unix://") {
+		return "", fmt.Errorf("this engine (%s) reads a seccomp profile from a file on its own host, which pybox cannot write to from here; run pybox on the engine's host, or use Docker", d.cli.DaemonHost())
+	}
+	sum := sha256.Sum256([]byte(profile))
+	path := filepath.Join(os.TempDir(), "pybox-seccomp-"+hex.EncodeToString(sum[:8])+".json")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seccompFile == path {
+		if b, err := os.ReadFile(path); err == nil && string(b) == profile {
+			return path, nil
+		}
+	}
+	tmp, err := os.CreateTemp(os.TempDir(), "pybox-seccomp-*")
+	if err != nil {
+		return "", fmt.Errorf("writing the seccomp profile for the engine: %w", err)
+	}
+	_, werr := tmp.WriteString(profile)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644), os.Rename(tmp.Name(), path)); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("writing the seccomp profile for the engine: %w", err)
+	}
+	d.seccompFile = path
+	return path, nil
+}
+
 func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, error) {
+	kind, err := d.kind(ctx)
+	if err != nil {
+		return "", err
+	}
+	if kind == "podman" {
+		if s, err = d.adapt(s); err != nil {
+			return "", err
+		}
+	}
 	cfg := &container.Config{
 		Image:           s.Image,
 		Cmd:             s.Cmd,
@@ -177,6 +289,9 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 		host.Resources.Ulimits = append(host.Resources.Ulimits,
 			&container.Ulimit{Name: "nofile", Soft: s.NoFile, Hard: s.NoFile},
 			&container.Ulimit{Name: "core", Soft: 0, Hard: 0})
+	}
+	if s.NProc > 0 {
+		host.Resources.Ulimits = append(host.Resources.Ulimits, &container.Ulimit{Name: "nproc", Soft: s.NProc, Hard: s.NProc})
 	}
 	if !s.Network {
 		host.NetworkMode = "none"
@@ -226,7 +341,7 @@ func (s *dockerStream) Demux(stdout, stderr io.Writer) error {
 	return err
 }
 
-func (d *dockerEngine) Attach(ctx context.Context, id string) (stream, error) {
+func (d *dockerEngine) attach(ctx context.Context, id string) (stream, error) {
 	hr, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{
 		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	})
@@ -236,6 +351,30 @@ func (d *dockerEngine) Attach(ctx context.Context, id string) (stream, error) {
 	return &dockerStream{conn: hr.Conn, hr: &hr, r: hr.Reader}, nil
 }
 
+func (d *dockerEngine) Launch(ctx context.Context, id string) (stream, error) {
+	kind, err := d.kind(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "podman" {
+		// Podman answers 409 to an attach before the start.
+		if err := d.Start(ctx, id); err != nil {
+			return nil, err
+		}
+		return d.attach(ctx, id)
+	}
+	st, err := d.attach(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx, id); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Start starts a created container.
 func (d *dockerEngine) Start(ctx context.Context, id string) error {
 	return d.cli.ContainerStart(ctx, id, container.StartOptions{})
 }
@@ -377,9 +516,18 @@ func (d *dockerEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
 	for name := range info.Runtimes {
 		ei.Runtimes = append(ei.Runtimes, name)
 	}
+	ei.Product = "Docker Engine"
 	for _, c := range v.Components {
-		if strings.EqualFold(c.Name, "runc") {
+		switch {
+		case strings.EqualFold(c.Name, "runc"):
 			ei.RuncVersion = c.Version
+		case strings.HasPrefix(c.Name, "Podman"):
+			ei.Product = "Podman"
+		case c.Name == "OCI Runtime (runc)":
+			// "runc version 1.1.5+ds1\ncommit: ..."
+			if f := strings.Fields(c.Version); len(f) >= 3 && f[1] == "version" {
+				ei.RuncVersion = f[2]
+			}
 		}
 	}
 	return ei, nil

@@ -17,8 +17,7 @@ import (
 type failingEngine struct{ err error }
 
 func (f failingEngine) Create(context.Context, containerSpec) (string, error) { return "", f.err }
-func (f failingEngine) Attach(context.Context, string) (stream, error)        { return nil, f.err }
-func (f failingEngine) Start(context.Context, string) error                   { return f.err }
+func (f failingEngine) Launch(context.Context, string) (stream, error)        { return nil, f.err }
 func (f failingEngine) Kill(context.Context, string) error                    { return f.err }
 func (f failingEngine) Wait(context.Context, string) (int, error)             { return 0, f.err }
 func (f failingEngine) Inspect(context.Context, string) (containerState, error) {

@@ -69,7 +69,10 @@ type trailer struct {
 	ExitCode    *int `json:"exit_code"`
 	Archive     int  `json:"archive"`
 	SessionOver bool `json:"session_over"`
-	Worker      struct {
+	// OOMKills counts the memory cgroup's OOM kills during the call, where
+	// the runner can read them (not under gVisor).
+	OOMKills *int `json:"oom_kills"`
+	Worker   struct {
 		Skipped []struct {
 			Path string `json:"path"`
 			Why  string `json:"why"`
@@ -78,6 +81,12 @@ type trailer struct {
 		Malformed    bool `json:"malformed"`
 		WorkerExited bool `json:"worker_exited"`
 	} `json:"worker"`
+}
+
+// memoryKilled reports whether the kernel killed something for memory
+// during the call.
+func (t *trailer) memoryKilled() bool {
+	return t != nil && t.OOMKills != nil && *t.OOMKills > 0
 }
 
 func newDemux(archiveMax int, newCall func() *callOut) *demux {

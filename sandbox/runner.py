@@ -14,7 +14,8 @@ def _pybox_supervisor():
     # supervisor's memory (another uid, not dumpable), so it cannot forge the
     # end of its own output.
     #
-    # Protocol, server to supervisor (stdin): one JSON line per request,
+    # Protocol, server to supervisor (stdin): a first line once the server
+    # is attached (its content is ignored), then one JSON line per request,
     # {"code", "files"} to run code, {"op": "interrupt"} to send the running
     # code SIGINT. Supervisor to server: "PYBOX-READY <nonce>\n" on stdout;
     # per call, the code's stdout, then "\0PYBOX-END <nonce>\n", a JSON
@@ -35,6 +36,15 @@ def _pybox_supervisor():
     libc = ctypes.CDLL(None, use_errno=True)
     PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
     out_max = int(os.environ.get("PYBOX_OUTPUT_MAX", str(24 << 20)))
+
+    # /mnt/outputs is a fresh tmpfs owned by the worker where the engine
+    # takes a tmpfs uid= option (Docker); where it does not (Podman), it is
+    # root's, and root may still open it to the worker: sticky, like /tmp.
+    try:
+        if os.stat("/mnt/outputs").st_uid != uid:
+            os.chmod("/mnt/outputs", 0o1777)
+    except OSError:
+        pass
 
     # Pipes to the worker: code in; stdout, stderr, outputs and status out.
     code_r, code_w = os.pipe()
@@ -106,16 +116,6 @@ def _pybox_supervisor():
                 return
             write_all(target, data)
 
-    # The worker says when it is ready (its modules imported): only then is
-    # the sandbox ready for code.
-    ready = b""
-    while b"\n" not in ready:
-        data = os.read(st_r, 4096)
-        if not data:
-            break
-        ready += data
-    status = bytearray(ready[ready.index(b"\n") + 1:] if b"\n" in ready else b"")
-    write_all(1, ("PYBOX-READY %s\n" % nonce).encode())
     inbuf = bytearray()
 
     def next_request(block):
@@ -134,6 +134,38 @@ def _pybox_supervisor():
         line = bytes(inbuf[:i])
         del inbuf[:i + 1]
         return line
+
+    # The server's first line says it is attached to the streams (some
+    # engines attach only after the start): nothing is written before it.
+    if next_request(True) is None:
+        os.kill(pid, signal.SIGKILL)
+        os._exit(0)
+
+    # The worker says when it is ready (its modules imported): only then is
+    # the sandbox ready for code.
+    ready = b""
+    while b"\n" not in ready:
+        data = os.read(st_r, 4096)
+        if not data:
+            break
+        ready += data
+    status = bytearray(ready[ready.index(b"\n") + 1:] if b"\n" in ready else b"")
+    write_all(1, ("PYBOX-READY %s\n" % nonce).encode())
+
+    def oom_kills():
+        # The container's memory cgroup's count of OOM kills (cgroup v1 or
+        # v2), or None where it cannot be read (gVisor): the engine's own
+        # OOMKilled flag is not reported by every engine (Podman).
+        for path in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
+            try:
+                with open(path) as f:
+                    for line in f:
+                        k, _, v = line.partition(" ")
+                        if k == "oom_kill":
+                            return int(v)
+            except (OSError, ValueError):
+                pass
+        return None
 
     worker_alive = True
     archive = bytearray()
@@ -157,6 +189,7 @@ def _pybox_supervisor():
             write_all(fd, base64.b64decode(f["data"]))
             os.close(fd)
         pending = json.dumps({"code": req.get("code", "")}).encode() + b"\n"
+        kills_before = oom_kills()
 
         # Relay until the worker reports the call done, or dies.
         done = None
@@ -240,6 +273,9 @@ def _pybox_supervisor():
         chunk = bytes(archive[:n])
         del archive[:n]
         trailer = {"exit_code": exit_code, "archive": len(chunk), "worker": done, "session_over": not worker_alive}
+        kills = oom_kills()
+        if kills is not None and kills_before is not None:
+            trailer["oom_kills"] = kills - kills_before
         write_all(1, b"\0PYBOX-END " + nonce.encode() + b"\n" + json.dumps(trailer).encode() + b"\n")
         write_all(1, chunk)
         write_all(2, b"\0PYBOX-END " + nonce.encode() + b"\n")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 )
@@ -260,21 +261,13 @@ func (s *Sandbox) prepareSandbox(ctx context.Context, callID string, wait, preim
 		s.remove(ctx, id)
 		return fail(r)
 	}
-	actx, cancel := context.WithTimeout(ctx, engineCallTimeout)
-	st, err := s.eng.Attach(actx, id)
+	lctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
+	st, dm, copied, err := s.launch(lctx, id)
 	cancel()
 	if err != nil {
 		return undo(s.engineFailure(ctx, err))
 	}
-	w := &warm{id: id, st: st, dm: s.newDemux(), copied: make(chan error, 1), born: time.Now(), light: !preimport}
-	go func() { w.copied <- st.Demux(w.dm.Stdout(), w.dm.Stderr()) }()
-	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
-	err = s.eng.Start(sctx, id)
-	cancel()
-	if err != nil {
-		st.Close()
-		return undo(s.engineFailure(ctx, err))
-	}
+	w := &warm{id: id, st: st, dm: dm, copied: copied, born: time.Now(), light: !preimport}
 	if wait {
 		select {
 		case <-w.dm.ready:
@@ -286,6 +279,23 @@ func (s *Sandbox) prepareSandbox(ctx context.Context, callID string, wait, preim
 		}
 	}
 	return w, nil
+}
+
+// launch starts a created container with its streams read by a new demux,
+// and tells the runner it may begin: it writes nothing before that line.
+func (s *Sandbox) launch(ctx context.Context, id string) (stream, *demux, chan error, error) {
+	st, err := s.eng.Launch(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dm := s.newDemux()
+	copied := make(chan error, 1)
+	go func() { copied <- st.Demux(dm.Stdout(), dm.Stderr()) }()
+	if _, err := st.Stdin().Write([]byte("{\"op\": \"attached\"}\n")); err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
+	return st, dm, copied, nil
 }
 
 // execute runs one call's code in a started sandbox.
@@ -370,7 +380,7 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 	}
 
 	noteFiles(&res)
-	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled {
+	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled && !tr.memoryKilled() {
 		// The supervisor's word is enough; no engine call on the fast path.
 		res.ExitCode = *tr.ExitCode
 		return res
@@ -389,10 +399,11 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 	default:
 		return s.engineFailure(ctx, errors.Join(werr, ierr))
 	}
-	if tr != nil && tr.ExitCode != nil && !state.OOMKilled {
+	oom := state.OOMKilled || tr.memoryKilled()
+	if tr != nil && tr.ExitCode != nil && !oom {
 		res.ExitCode = *tr.ExitCode
 	}
-	if state.OOMKilled || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
+	if oom || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
 		res.ExitCode = ExitKilled
 		res.Error = ErrMemoryLimit
 		res.Stderr = appendNote(res.Stderr, fmt.Sprintf(
@@ -464,7 +475,7 @@ func (s *Sandbox) engineFailure(ctx context.Context, err error) Result {
 			host))
 	default:
 		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
-			"pybox: the Docker engine at %s refused to run the sandbox: %v. `pybox doctor` checks the setup.", host, err))
+			"pybox: the Docker engine at %s refused to run the sandbox: %s. `pybox doctor` checks the setup.", host, clip(err.Error(), 600)))
 	}
 }
 
@@ -595,4 +606,16 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// clip shortens an engine's message (which may quote a whole seccomp
+// profile) to about n bytes, on a character boundary.
+func clip(msg string, n int) string {
+	if len(msg) <= n {
+		return msg
+	}
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n] + " [...]"
 }

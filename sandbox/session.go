@@ -55,15 +55,8 @@ func (s *Sandbox) StartSession(ctx context.Context) (*Session, Result) {
 		s.remove(ctx, id)
 		return nil, r
 	}
-	st, err := s.eng.Attach(cctx, id)
+	st, dm, copied, err := s.launch(cctx, id)
 	if err != nil {
-		return fail(s.engineFailure(ctx, err))
-	}
-	dm := s.newDemux()
-	copied := make(chan error, 1)
-	go func() { copied <- st.Demux(dm.Stdout(), dm.Stderr()) }()
-	if err := s.eng.Start(cctx, id); err != nil {
-		st.Close()
 		return fail(s.engineFailure(ctx, err))
 	}
 	select {
@@ -182,7 +175,7 @@ func (se *Session) Run(ctx context.Context, req Request) Result {
 	case <-time.After(killGrace):
 	}
 	state, err := s.eng.Inspect(kctx, se.id)
-	if err == nil && (state.OOMKilled || res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
+	if finished && call.trailer.memoryKilled() || err == nil && (state.OOMKilled || res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
 		res.ExitCode, res.Error = ExitKilled, ErrMemoryLimit
 		se.end(ctx, "its code was killed for memory")
 		res.Stderr = appendNote(res.Stderr, fmt.Sprintf("pybox: the code was killed for using more than its %d MiB memory limit; the session has ended.", s.opt.MemoryBytes>>20))

@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/client"
+)
+
+// TestPodmanAdapt checks the spec pybox sends to Podman: the pinned seccomp
+// profile as a file Podman can read, no tmpfs uid or gid, a process limit.
+func TestPodmanAdapt(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.WithHost("unix:///run/podman/podman.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dockerEngine{cli: cli}
+	s, err := newSandbox(Options{}, failingEngine{}, nopLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := s.containerSpec("call")
+	got, err := d.adapt(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(got.Seccomp)
+	if err != nil || string(b) != pinnedSeccomp {
+		t.Errorf("seccomp %q: the file does not hold the pinned profile (%v)", got.Seccomp, err)
+	}
+	if fi, err := os.Stat(got.Seccomp); err == nil && fi.Mode().Perm() != 0o644 {
+		t.Errorf("the profile's mode is %v; want 0644", fi.Mode().Perm())
+	}
+	again, _ := d.adapt(spec)
+	if again.Seccomp != got.Seccomp {
+		t.Errorf("a second spec got another file: %q, %q", again.Seccomp, got.Seccomp)
+	}
+	for dir, opts := range got.Tmpfs {
+		if strings.Contains(opts, "uid=") || strings.Contains(opts, "gid=") || !strings.Contains(opts, "size=") {
+			t.Errorf("tmpfs %s: %q; want its size and no uid or gid", dir, opts)
+		}
+	}
+	if !strings.Contains(spec.Tmpfs["/mnt/outputs"], "uid=") {
+		t.Errorf("the Docker spec lost its uid option: %q", spec.Tmpfs["/mnt/outputs"])
+	}
+	if got.NProc != podmanNProc || spec.NProc != 0 {
+		t.Errorf("NProc = %d (Docker %d); want %d for Podman only", got.NProc, spec.NProc, podmanNProc)
+	}
+
+	remote, _ := client.NewClientWithOpts(client.WithHost("tcp://podman.example:2375"))
+	if _, err := (&dockerEngine{cli: remote}).adapt(spec); err == nil || !strings.Contains(err.Error(), "seccomp profile from a file") {
+		t.Errorf("a remote Podman: %v; want an error that says why", err)
+	}
+	unconfined := spec
+	unconfined.Seccomp = "unconfined"
+	if got, err := (&dockerEngine{cli: remote}).adapt(unconfined); err != nil || got.Seccomp != "unconfined" {
+		t.Errorf("unconfined: %q, %v", got.Seccomp, err)
+	}
+}
