@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: run every test of pybox against a real Docker engine.
-# Installs and starts what the tests need (engine, image, the TypeScript SDK
-# client), then runs `go test` on every package, one package at a time since
+# Installs and starts what the tests need (engine, gVisor, image, Podman's
+# Docker-compatible API, the TypeScript SDK client, the MCP Inspector CLI and
+# mcp-remote), then runs `go test` on every package, one package at a time since
 # several tests watch the engine's whole container list. Engine tests fail
 # rather than skip here. Prints how many tests ran and how many used the
 # real engine.
@@ -9,8 +10,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/prepare.sh
+if [ "$(id -u)" = 0 ]; then
+  # Podman's Docker-compatible API, for TestPodman (which fails without it).
+  bash scripts/ensure-podman.sh || echo "test: Podman could not be set up; TestPodman will fail" >&2
+fi
 
-echo "test: installing the TypeScript SDK client (npm ci)" >&2
+echo "test: installing the MCP clients of other ecosystems (npm ci: TypeScript SDK, Inspector CLI, mcp-remote)" >&2
 npm ci --prefix testdata/interop --no-audit --no-fund --silent >/dev/null
 
 export PYBOX_REQUIRE_ENGINE=1

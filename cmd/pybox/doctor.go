@@ -76,13 +76,16 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	info, err := sb.EngineInfo(ctx)
-	check(err == nil, "api", fmt.Sprintf("API %s, engine %s, runc %s, cgroup v%s", api, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
+	check(err == nil, "api", fmt.Sprintf("API %s, %s %s, runc %s, cgroup v%s", api, info.Product, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
 	for _, a := range info.Advisories(cfg.runtime) {
 		fmt.Fprintf(stdout, "note %-10s %s\n", "security", a)
 	}
 	rt := cfg.runtime
-	check(slices.Contains(info.Runtimes, rt), "runtime", fmt.Sprintf("%q wanted; the engine has %s", rt, strings.Join(info.Runtimes, ", ")),
-		fmt.Sprintf("register %q in /etc/docker/daemon.json under \"runtimes\" and reload dockerd (SIGHUP), or use --runtime runc", rt))
+	fix := fmt.Sprintf("register %q in /etc/docker/daemon.json under \"runtimes\" and reload dockerd (SIGHUP), or use --runtime runc", rt)
+	if info.Product == "Podman" {
+		fix = fmt.Sprintf("name %q under [engine.runtimes] in containers.conf, or use --runtime runc", rt)
+	}
+	check(slices.Contains(info.Runtimes, rt), "runtime", fmt.Sprintf("%q wanted; the engine has %s", rt, strings.Join(info.Runtimes, ", ")), fix)
 	st, err := sb.ImageStatus(ctx)
 	switch {
 	case err != nil:
