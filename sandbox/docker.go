@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -321,7 +324,37 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 		}
 		return "", err
 	}
+	if kind == "podman" && s.Runtime != "" && s.Runtime != "runc" {
+		// Podman's compatible API ignores HostConfig.Runtime (4.3 runs its
+		// default instead): never let a request for gVisor run under runc.
+		rt, err := d.podmanRuntime(ctx, resp.ID)
+		if err == nil && rt != s.Runtime {
+			err = fmt.Errorf("Podman's Docker-compatible API ignores the requested runtime %q and would run %q, so pybox will not run the code: use --runtime runc with Podman, or Docker for gVisor", s.Runtime, rt)
+		}
+		if err != nil {
+			d.Remove(context.WithoutCancel(ctx), resp.ID)
+			return "", err
+		}
+	}
 	return resp.ID, nil
+}
+
+// podmanRuntime asks Podman's own API which OCI runtime a container has.
+func (d *dockerEngine) podmanRuntime(ctx context.Context, id string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://podman/v4.0.0/libpod/containers/"+url.PathEscape(id)+"/json", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := d.cli.HTTPClient().Do(req)
+	if err != nil {
+		return "", fmt.Errorf("asking Podman for the container's runtime: %w", err)
+	}
+	defer resp.Body.Close()
+	var c struct{ OCIRuntime string }
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&c); err != nil || resp.StatusCode != http.StatusOK || c.OCIRuntime == "" {
+		return "", fmt.Errorf("asking Podman for the container's runtime: status %d, %v", resp.StatusCode, err)
+	}
+	return c.OCIRuntime, nil
 }
 
 type dockerStream struct {
@@ -415,14 +448,26 @@ func (d *dockerEngine) Inspect(ctx context.Context, id string) (containerState, 
 }
 
 func (d *dockerEngine) Remove(ctx context.Context, id string) error {
-	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && errdefs.IsNotFound(err) {
-		return nil
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || errdefs.IsNotFound(err) || strings.Contains(err.Error(), "is already in progress") {
+			return nil
+		}
+		// Podman may refuse while the container is still stopping ("container
+		// state improper"): gone is gone, otherwise try again shortly.
+		if _, ierr := d.cli.ContainerInspect(ctx, id); errdefs.IsNotFound(ierr) {
+			return nil
+		}
+		if attempt == 5 || !(errdefs.IsConflict(err) || strings.Contains(err.Error(), "state improper")) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
 	}
-	if err != nil && strings.Contains(err.Error(), "is already in progress") {
-		return nil
-	}
-	return err
 }
 
 func (d *dockerEngine) List(ctx context.Context, labels map[string]string) ([]listedContainer, error) {

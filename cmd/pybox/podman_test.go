@@ -43,6 +43,23 @@ func TestPodman(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a runtime Podman would ignore", func(t *testing.T) {
+		// Podman's compatible API drops HostConfig.Runtime: asking for gVisor
+		// must not run the code under runc.
+		cmd := exec.Command(binary, "exec", "--runtime", "runsc", "-c", "print('ran')")
+		cmd.Env = append(os.Environ(), "DOCKER_HOST="+host, "PYBOX_IMAGE="+ref, "PYBOX_POOL=0")
+		out, _ := cmd.Output()
+		var r map[string]any
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if stderr, _ := r["stderr"].(string); r["error"] != "sandbox_unavailable" || r["stdout"] != "" || !strings.Contains(stderr, "ignores the requested runtime") {
+			t.Errorf("got %v; want sandbox_unavailable saying Podman ignores the runtime, and nothing run", r)
+		}
+		if left := podmanContainers(t, host, ""); len(left) > 0 {
+			t.Errorf("containers left in Podman: %v", left)
+		}
+	})
 	t.Run("doctor", func(t *testing.T) {
 		cmd := exec.Command(binary, "doctor")
 		cmd.Env = append(os.Environ(), "DOCKER_HOST="+host, "PYBOX_IMAGE="+ref)
