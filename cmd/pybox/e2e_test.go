@@ -211,7 +211,17 @@ func (p *proc) ownerPrefix() string {
 // containersOf lists the labelled containers whose owner label starts with prefix.
 func containersOf(t *testing.T, prefix string) []string {
 	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	return containersAt(t, "", prefix)
+}
+
+// containersAt lists them on the engine at host ("" for the environment's).
+func containersAt(t *testing.T, host, prefix string) []string {
+	t.Helper()
+	opt := client.FromEnv
+	if host != "" {
+		opt = client.WithHost(host)
+	}
+	cli, err := client.NewClientWithOpts(opt, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}

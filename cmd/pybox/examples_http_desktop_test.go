@@ -24,13 +24,7 @@ import (
 // token. Only the URL's address and the token's placeholder are filled in.
 func TestClaudeDesktopHTTPExample(t *testing.T) {
 	testenv.Engine(t, image())
-	var cfg struct {
-		MCPServers map[string]struct {
-			Command string            `json:"command"`
-			Args    []string          `json:"args"`
-			Env     map[string]string `json:"env"`
-		} `json:"mcpServers"`
-	}
+	var cfg desktopConfig
 	readJSON(t, "../../examples/claude_desktop_config.http.json", &cfg)
 	srv, ok := cfg.MCPServers["pybox"]
 	if !ok {

@@ -19,19 +19,22 @@ func exampleCommand(t *testing.T, command string) {
 	}
 }
 
+// desktopConfig is Claude Desktop's claude_desktop_config.json.
+type desktopConfig struct {
+	MCPServers map[string]struct {
+		Command string            `json:"command"`
+		Args    []string          `json:"args"`
+		Env     map[string]string `json:"env"`
+	} `json:"mcpServers"`
+}
+
 func TestClaudeDesktopExample(t *testing.T) {
 	testenv.Engine(t, image())
 	b, err := os.ReadFile("../../examples/claude_desktop_config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg struct {
-		MCPServers map[string]struct {
-			Command string            `json:"command"`
-			Args    []string          `json:"args"`
-			Env     map[string]string `json:"env"`
-		} `json:"mcpServers"`
-	}
+	var cfg desktopConfig
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		t.Fatalf("claude_desktop_config.json: %v", err)
 	}

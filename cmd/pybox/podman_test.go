@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"image/png"
@@ -13,12 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-
 	"github.com/pybox/pybox/internal/testenv"
-	"github.com/pybox/pybox/sandbox"
 )
 
 // TestPodman runs the core acceptance calls through a real pybox server
@@ -38,7 +32,7 @@ func TestPodman(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the server did not exit within 60 s of stdin's end")
 			}
-			if left := podmanContainers(t, host, prefix); len(left) > 0 {
+			if left := containersAt(t, host, prefix); len(left) > 0 {
 				t.Errorf("containers left in Podman after the server exited: %v", left)
 			}
 		})
@@ -56,7 +50,7 @@ func TestPodman(t *testing.T) {
 		if stderr, _ := r["stderr"].(string); r["error"] != "sandbox_unavailable" || r["stdout"] != "" || !strings.Contains(stderr, "ignores the requested runtime") {
 			t.Errorf("got %v; want sandbox_unavailable saying Podman ignores the runtime, and nothing run", r)
 		}
-		if left := podmanContainers(t, host, ""); len(left) > 0 {
+		if left := containersAt(t, host, ""); len(left) > 0 {
 			t.Errorf("containers left in Podman: %v", left)
 		}
 	})
@@ -225,28 +219,4 @@ df.plot(); plt.savefig("/mnt/outputs/plot.png"); plt.close("all")`,
 			}
 		}
 	})
-}
-
-// podmanContainers lists pybox's containers in Podman whose owner label
-// starts with prefix.
-func podmanContainers(t *testing.T, host, prefix string) []string {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"))})
-	if err != nil {
-		t.Fatalf("listing Podman's containers: %v", err)
-	}
-	var ids []string
-	for _, c := range cs {
-		if strings.HasPrefix(c.Labels[sandbox.LabelOwner], prefix) {
-			ids = append(ids, c.ID[:12]+"("+c.State+")")
-		}
-	}
-	return ids
 }
