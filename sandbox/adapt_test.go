@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,9 +33,25 @@ func TestPodmanAdapt(t *testing.T) {
 	if fi, err := os.Stat(got.Seccomp); err == nil && fi.Mode().Perm() != 0o644 {
 		t.Errorf("the profile's mode is %v; want 0644", fi.Mode().Perm())
 	}
+	if fi, err := os.Stat(filepath.Dir(got.Seccomp)); err != nil || fi.Mode().Perm() != 0o711 || filepath.Dir(filepath.Dir(got.Seccomp)) != filepath.Clean(os.TempDir()) {
+		t.Errorf("the profile's directory %s: %v %v; want a directory of its own, 0711, in the temporary directory", filepath.Dir(got.Seccomp), fi, err)
+	}
 	again, _ := d.adapt(spec)
 	if again.Seccomp != got.Seccomp {
 		t.Errorf("a second spec got another file: %q, %q", again.Seccomp, got.Seccomp)
+	}
+	// Another engine value (another server process) gets another directory.
+	other := &dockerEngine{cli: cli}
+	o, _ := other.adapt(spec)
+	if filepath.Dir(o.Seccomp) == filepath.Dir(got.Seccomp) {
+		t.Errorf("two engines share the directory %s", filepath.Dir(o.Seccomp))
+	}
+	other.Close()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(got.Seccomp)); !os.IsNotExist(err) {
+		t.Errorf("Close left %s: %v", filepath.Dir(got.Seccomp), err)
 	}
 	for dir, opts := range got.Tmpfs {
 		if strings.Contains(opts, "uid=") || strings.Contains(opts, "gid=") || !strings.Contains(opts, "size=") {
@@ -56,5 +73,25 @@ func TestPodmanAdapt(t *testing.T) {
 	unconfined.Seccomp = "unconfined"
 	if got, err := (&dockerEngine{cli: remote}).adapt(unconfined); err != nil || got.Seccomp != "unconfined" {
 		t.Errorf("unconfined: %q, %v", got.Seccomp, err)
+	}
+}
+
+func TestMemoryKilled(t *testing.T) {
+	n := func(v int) *int { return &v }
+	tests := []struct {
+		name  string
+		tr    *trailer
+		wantK bool
+	}{
+		{"no trailer", nil, false},
+		{"no count (gVisor)", &trailer{ExitCode: n(137)}, false},
+		{"the code killed itself", &trailer{ExitCode: n(137), OOMKills: n(0)}, false},
+		{"a child killed for memory, the code went on", &trailer{ExitCode: n(0), OOMKills: n(1)}, false},
+		{"the code killed for memory", &trailer{ExitCode: n(137), OOMKills: n(1)}, true},
+	}
+	for _, tt := range tests {
+		if got := tt.tr.memoryKilled(); got != tt.wantK {
+			t.Errorf("%s: memoryKilled() = %v; want %v", tt.name, got, tt.wantK)
+		}
 	}
 }

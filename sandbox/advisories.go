@@ -23,8 +23,9 @@ func (e EngineInfo) Advisories(runtime string) []string {
 		have := "not registered with this engine (scripts/ensure-gvisor.sh registers it)"
 		switch {
 		case podman:
-			// Podman lists every runtime its configuration names, installed or not.
-			have = "usable with Podman once installed where containers.conf looks for it"
+			// Podman's compatible API runs its default runtime whatever a
+			// container asks for, and lists every runtime it knows of.
+			have = "not selectable through Podman's Docker-compatible API (pybox refuses a container Podman would run under another runtime): use Docker for gVisor"
 		case slices.Contains(e.Runtimes, "runsc"):
 			have = "registered with this engine"
 		}

@@ -144,9 +144,9 @@ type dockerEngine struct {
 	// flavor is what serves the Docker API: "" until known, "docker", or
 	// "podman" (whose compatible API differs in a few places; see adapt).
 	flavor string
-	// seccompFile is where the pinned profile was written for an engine
-	// that reads seccomp= as a file path.
-	seccompFile string
+	// seccompDir and seccompFile are where the profile was written for an
+	// engine that reads seccomp= as a file path.
+	seccompDir, seccompFile string
 }
 
 // newDockerEngine returns an engine for the Docker client configuration of
@@ -216,33 +216,63 @@ func (d *dockerEngine) adapt(s containerSpec) (containerSpec, error) {
 	return s, nil
 }
 
-// profileFile writes a seccomp profile where a local engine can read it,
-// named by its digest, and returns the path.
+// profileFile writes a seccomp profile where a local engine can read it and
+// returns the path: a file in a directory of this process's own with a
+// random name (0711), so no other local user can put a profile of theirs in
+// its place, and an engine that does not share this host's files finds
+// nothing rather than someone else's file.
 func (d *dockerEngine) profileFile(profile string) (string, error) {
 	if !strings.HasPrefix(d.cli.DaemonHost(), "unix://") {
 		return "", fmt.Errorf("this engine (%s) reads a seccomp profile from a file on its own host, which pybox cannot write to from here; run pybox on the engine's host, or use Docker", d.cli.DaemonHost())
 	}
-	sum := sha256.Sum256([]byte(profile))
-	path := filepath.Join(os.TempDir(), "pybox-seccomp-"+hex.EncodeToString(sum[:8])+".json")
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.seccompFile == path {
-		if b, err := os.ReadFile(path); err == nil && string(b) == profile {
-			return path, nil
+	if d.seccompFile != "" {
+		if b, err := os.ReadFile(d.seccompFile); err == nil && string(b) == profile {
+			return d.seccompFile, nil
 		}
 	}
-	tmp, err := os.CreateTemp(os.TempDir(), "pybox-seccomp-*")
-	if err != nil {
+	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("writing the seccomp profile for the engine: %w", err)
 	}
-	_, werr := tmp.WriteString(profile)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644), os.Rename(tmp.Name(), path)); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("writing the seccomp profile for the engine: %w", err)
+	if d.seccompDir == "" {
+		dir, err := os.MkdirTemp("", "pybox-seccomp-")
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			os.RemoveAll(dir)
+			return fail(err)
+		}
+		d.seccompDir = dir
+	}
+	sum := sha256.Sum256([]byte(profile))
+	path := filepath.Join(d.seccompDir, hex.EncodeToString(sum[:8])+".json")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := f.WriteString(profile); err != nil {
+		f.Close()
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
 	}
 	d.seccompFile = path
 	return path, nil
+}
+
+// Close removes what the engine wrote on this host (the seccomp profile).
+func (d *dockerEngine) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seccompDir == "" {
+		return nil
+	}
+	err := os.RemoveAll(d.seccompDir)
+	d.seccompDir, d.seccompFile = "", ""
+	return err
 }
 
 func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, error) {
@@ -332,7 +362,9 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 			err = fmt.Errorf("Podman's Docker-compatible API ignores the requested runtime %q and would run %q, so pybox will not run the code: use --runtime runc with Podman, or Docker for gVisor", s.Runtime, rt)
 		}
 		if err != nil {
-			d.Remove(context.WithoutCancel(ctx), resp.ID)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			d.Remove(rctx, resp.ID)
+			cancel()
 			return "", err
 		}
 	}

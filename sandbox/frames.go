@@ -83,10 +83,12 @@ type trailer struct {
 	} `json:"worker"`
 }
 
-// memoryKilled reports whether the kernel killed something for memory
-// during the call.
+// memoryKilled reports whether the code's own process died by SIGKILL
+// while the kernel killed for memory: a child killed for memory while the
+// code went on is the code's business, and a SIGKILL the code sent itself
+// is no OOM kill.
 func (t *trailer) memoryKilled() bool {
-	return t != nil && t.OOMKills != nil && *t.OOMKills > 0
+	return t != nil && t.OOMKills != nil && *t.OOMKills > 0 && t.ExitCode != nil && *t.ExitCode == ExitKilled
 }
 
 func newDemux(archiveMax int, newCall func() *callOut) *demux {

@@ -380,7 +380,7 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 	}
 
 	noteFiles(&res)
-	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled && !tr.memoryKilled() {
+	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled {
 		// The supervisor's word is enough; no engine call on the fast path.
 		res.ExitCode = *tr.ExitCode
 		return res
@@ -588,6 +588,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if c, ok := s.eng.(interface{ Close() error }); ok {
+		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -218,6 +218,24 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestMemoryKillOfAChild: a child process killed for memory is the code's
+// business when the code goes on; the call is not a memory kill.
+func TestMemoryKillOfAChild(t *testing.T) {
+	s := newTest(t, Options{})
+	res := s.Run(context.Background(), Request{Code: `import subprocess, sys
+r = subprocess.run([sys.executable, "-c", "s = 'a' * 600_000_000"])
+print("child", r.returncode)
+`})
+	if res.ExitCode != 0 || res.Error != ErrNone || res.Stdout != "child -9\n" {
+		t.Errorf("got exit %d, error %q, stdout %q; want 0, none, \"child -9\"", res.ExitCode, res.Error, res.Stdout)
+	}
+	// The code's own SIGKILL is no memory kill either.
+	res = s.Run(context.Background(), Request{Code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"})
+	if res.ExitCode != ExitKilled || res.Error != ErrNone {
+		t.Errorf("self-kill: exit %d, error %q; want 137, none", res.ExitCode, res.Error)
+	}
+}
+
 func TestEndlessOutput(t *testing.T) {
 	s := newTest(t, Options{OutputLimit: 8 << 10})
 	code := "import sys\nprint('FIRST-LINE')\ni = 0\nwhile True:\n    i += 1\n    print(f'line {i} ' + 'x' * 200)\n    if i % 1000 == 0:\n        print(f'LAST {i}', file=sys.stderr)\n"

@@ -13,6 +13,7 @@ log() { printf 'ensure-podman: %s\n' "$*" >&2; }
 sock="${PYBOX_PODMAN_SOCKET:-/run/podman/podman.sock}"
 image="${PYBOX_IMAGE:-pybox-sandbox:1}"
 
+command -v docker >/dev/null 2>&1 || { log "the docker CLI is missing: run scripts/ensure-docker.sh first"; exit 1; }
 answers() { docker -H "unix://$sock" version >/dev/null 2>&1; }
 
 if [ "$(id -u)" != 0 ]; then
