@@ -40,6 +40,15 @@ func TestPodmanAdapt(t *testing.T) {
 	if again.Seccomp != got.Seccomp {
 		t.Errorf("a second spec got another file: %q, %q", again.Seccomp, got.Seccomp)
 	}
+	// A cleaner that empties the temporary directory does not break it.
+	os.RemoveAll(filepath.Dir(got.Seccomp))
+	if again, err := d.adapt(spec); err != nil {
+		t.Errorf("after the directory was removed: %v", err)
+	} else if b, err := os.ReadFile(again.Seccomp); err != nil || string(b) != pinnedSeccomp {
+		t.Errorf("after the directory was removed: %q holds no profile (%v)", again.Seccomp, err)
+	} else {
+		got = again
+	}
 	// Another engine value (another server process) gets another directory.
 	other := &dockerEngine{cli: cli}
 	o, _ := other.adapt(spec)

@@ -227,13 +227,22 @@ func (d *dockerEngine) profileFile(profile string) (string, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.seccompFile != "" {
-		if b, err := os.ReadFile(d.seccompFile); err == nil && string(b) == profile {
+	sum := sha256.Sum256([]byte(profile))
+	name := hex.EncodeToString(sum[:8]) + ".json"
+	// Only this process (or root) can write in its directory: a file of the
+	// profile's name still there is the one written.
+	if d.seccompFile != "" && filepath.Base(d.seccompFile) == name {
+		if _, err := os.Stat(d.seccompFile); err == nil {
 			return d.seccompFile, nil
 		}
 	}
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("writing the seccomp profile for the engine: %w", err)
+	}
+	if d.seccompDir != "" {
+		if _, err := os.Stat(d.seccompDir); err != nil {
+			d.seccompDir = "" // removed under us (a temporary-file cleaner): make another
+		}
 	}
 	if d.seccompDir == "" {
 		dir, err := os.MkdirTemp("", "pybox-seccomp-")
@@ -246,8 +255,7 @@ func (d *dockerEngine) profileFile(profile string) (string, error) {
 		}
 		d.seccompDir = dir
 	}
-	sum := sha256.Sum256([]byte(profile))
-	path := filepath.Join(d.seccompDir, hex.EncodeToString(sum[:8])+".json")
+	path := filepath.Join(d.seccompDir, name)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fail(err)
