@@ -17,11 +17,11 @@ func TestPodmanAdapt(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &dockerEngine{cli: cli}
-	s, err := newSandbox(Options{}, failingEngine{}, nopLogger())
+	s, err := newSandbox(Options{}, failingParts(nil), nopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := s.containerSpec("call")
+	spec := s.containerSpec("call", "2000000005:2000000005")
 	got, err := d.adapt(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -82,25 +82,5 @@ func TestPodmanAdapt(t *testing.T) {
 	unconfined.Seccomp = "unconfined"
 	if got, err := (&dockerEngine{cli: remote}).adapt(unconfined); err != nil || got.Seccomp != "unconfined" {
 		t.Errorf("unconfined: %q, %v", got.Seccomp, err)
-	}
-}
-
-func TestMemoryKilled(t *testing.T) {
-	n := func(v int) *int { return &v }
-	tests := []struct {
-		name  string
-		tr    *trailer
-		wantK bool
-	}{
-		{"no trailer", nil, false},
-		{"no count (gVisor)", &trailer{ExitCode: n(137)}, false},
-		{"the code killed itself", &trailer{ExitCode: n(137), OOMKills: n(0)}, false},
-		{"a child killed for memory, the code went on", &trailer{ExitCode: n(0), OOMKills: n(1)}, false},
-		{"the code killed for memory", &trailer{ExitCode: n(137), OOMKills: n(1)}, true},
-	}
-	for _, tt := range tests {
-		if got := tt.tr.memoryKilled(); got != tt.wantK {
-			t.Errorf("%s: memoryKilled() = %v; want %v", tt.name, got, tt.wantK)
-		}
 	}
 }

@@ -424,25 +424,72 @@ sysc("prctl(PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN)", 157, 47, 2, 21, 0, 0)
 			},
 		},
 		{
-			name: "ptrace", threat: "privilege escalation", outcome: "root processes (init, the supervisor) cannot be traced or read",
+			name: "ptrace and /proc of the runner", threat: "privilege escalation", outcome: "the runner (pid 1, not dumpable) cannot be traced, read or written through",
 			code: func(attackEnv) string {
-				return `roots = []
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
+				return `sysc("ptrace(ATTACH) pid 1", 101, 16, 1, 0, 0)
+sysc("ptrace(SEIZE) pid 1", 101, 0x4206, 1, 0, 0)
+attempt("read /proc/1/environ", lambda: open("/proc/1/environ", "rb").read())
+attempt("read /proc/1/mem", lambda: open("/proc/1/mem", "rb").read(1))
+attempt("write /proc/1/fd/1", lambda: os.write(os.open("/proc/1/fd/1", os.O_WRONLY), b"\x44\x00\x00\x00\x02{}"))
+attempt("open /proc/1/fd/0", lambda: os.open("/proc/1/fd/0", os.O_RDONLY))
+pidfd = libc.syscall(434, 1, 0)
+if pidfd >= 0:
+    sysc("pidfd_getfd(pid 1, 1)", 438, pidfd, 1, 0)
+else:
+    print("blocked pidfd_open", en(ctypes.get_errno()))
+buf = ctypes.create_string_buffer(16)
+local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 16)
+remote = (ctypes.c_void_p * 2)(0x400000, 16)
+sysc("process_vm_readv(pid 1)", 310, 1, local, 1, remote, 1, 0)
+`
+			},
+		},
+		{
+			name: "signal the runner", threat: "output forgery", outcome: "ignored (runc); under gVisor a SIGKILL ends the sandbox, reported as the code's own doing",
+			code: func(attackEnv) string {
+				return `print("blocked before", flush=True)
+time.sleep(0.3)  # relayed before the signals
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGSTOP, signal.SIGCONT, signal.SIGKILL):
+    try:
+        os.kill(1, s)
+    except OSError as e:
+        print("blocked", s.name, en(e.errno))
+time.sleep(1)
+print("blocked the runner is alive", flush=True)
+`
+			},
+			check: func(_ *testing.T, _ attackEnv, res Result, _ time.Duration) error {
+				if strings.Contains(res.Stdout, "the runner is alive") && res.ExitCode == 0 && res.Error == ErrNone {
+					return nil // runc: the kernel drops these for pid 1
+				}
+				// gVisor lets the code kill its own runner: the sandbox ends,
+				// and the result says so with what came before.
+				if res.Error == ErrNone && res.ExitCode == ExitKilled && strings.HasPrefix(res.Stdout, "blocked before\n") && strings.Contains(res.Stderr, "the code killed the sandbox's runner") {
+					return nil
+				}
+				return fmt.Errorf("exit %d error %q stdout %q stderr %q", res.ExitCode, res.Error, res.Stdout, res.Stderr)
+			},
+		},
+		{
+			name: "forge the runner's reports", threat: "output forgery", outcome: "the code's own result: its exit status, nothing else",
+			code: func(attackEnv) string {
+				return `forged = b"\x44\x00\x00\x00\x1c" + b'{"seq": 1, "exit": 0, "ran": 0}' + b"\x4f\x00\x00\x00\x06forged"
+for fd in os.listdir("/proc/self/fd"):
+    for junk in (forged, b'{"seq": 1, "exit_code": 0}\n', b"[1]\n"):
         try:
-            st = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status") if ":" in l)
-            if st["Uid"].split()[1] == "0":
-                roots.append(pid)
+            os.write(int(fd), junk)
         except OSError:
             pass
-print("blocked nothing yet; root processes:", roots)
-for pid in roots:
-    sysc("ptrace(ATTACH) root pid " + pid, 101, 16, int(pid), 0, 0)
-    sysc("ptrace(SEIZE) root pid " + pid, 101, 0x4206, int(pid), 0, 0)
-    attempt("read /proc/%s/environ" % pid, lambda pid=pid: open(f"/proc/{pid}/environ", "rb").read())
-    attempt("read /proc/%s/mem" % pid, lambda pid=pid: open(f"/proc/{pid}/mem", "rb").read(1))
-    attempt("list /proc/%s/fd" % pid, lambda pid=pid: os.listdir(f"/proc/{pid}/fd"))
+sys.stdout.flush()
+print("blocked wrote everywhere", flush=True)
+sys.exit(9)
 `
+			},
+			check: func(_ *testing.T, _ attackEnv, res Result, _ time.Duration) error {
+				if res.ExitCode != 9 || res.Error != ErrNone || !strings.Contains(res.Stdout, "blocked wrote everywhere") {
+					return fmt.Errorf("exit %d error %q stdout %q", res.ExitCode, res.Error, res.Stdout)
+				}
+				return nil
 			},
 		},
 		{
@@ -574,7 +621,7 @@ func noProcess(marker string) error {
 
 // postureEngine checks the engine's inspection of every container started.
 type postureEngine struct {
-	engine
+	containers
 	runtime string
 	mu      sync.Mutex
 	checked int
@@ -582,11 +629,11 @@ type postureEngine struct {
 }
 
 func (p *postureEngine) Launch(ctx context.Context, id string) (stream, error) {
-	s, err := p.engine.Launch(ctx, id)
+	s, err := p.containers.Launch(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	st, err := p.engine.Inspect(ctx, id)
+	st, err := p.containers.Inspect(ctx, id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.checked++
@@ -655,7 +702,7 @@ func cisFaults(raw []byte, runtime string) []string {
 	fail(h.UTSMode != "host", "5.21 no host UTS namespace", h.UTSMode)
 	fail(h.UsernsMode != "host", "5.31 no host user namespace", h.UsernsMode)
 	fail(h.ReadonlyRootfs, "5.13 read-only root", h.ReadonlyRootfs)
-	fail(slices.Equal(h.CapAdd, supervisorCaps) && slices.Contains(h.CapDrop, "ALL"), "5.4 capabilities dropped (the supervisor's four kept)", h.CapAdd)
+	fail(len(h.CapAdd) == 0 && slices.Contains(h.CapDrop, "ALL"), "5.3/5.4 every capability dropped, none added", [2][]string{h.CapDrop, h.CapAdd})
 	fail(nnp, "5.26 no-new-privileges", h.SecurityOpt)
 	fail(seccomp, "5.22 seccomp not unconfined", h.SecurityOpt)
 	fail(h.Memory > 0, "5.11 memory limited", h.Memory)
@@ -667,10 +714,8 @@ func cisFaults(raw []byte, runtime string) []string {
 	fail(h.RestartPolicy.Name == "" || h.RestartPolicy.Name == "no", "5.15 no restart", h.RestartPolicy.Name)
 	fail(h.OomKillDisable == nil || !*h.OomKillDisable, "OOM killer on", h.OomKillDisable)
 	fail(len(h.PortBindings) == 0 && !h.PublishAllPorts, "5.8 no published ports", h.PortBindings)
-	// 4.1: the container's first process is the supervisor, root with four
-	// capabilities; the code runs as uid 10001 with none, which the
-	// "capability escalation" and "setuid escalation" attacks check inside.
-	fail(in.Config.User == "0:0", "4.1 the supervisor alone is root", in.Config.User)
+	// 4.1: nothing in the container runs as root.
+	fail(nonRootUser(in.Config.User), "4.1 a non-root user", in.Config.User)
 	fail(in.Config.Labels[LabelManaged] == "true", "labelled", in.Config.Labels)
 	fail(h.LogConfig.Type == "none", "log driver off", h.LogConfig.Type)
 	want := runtime
@@ -683,12 +728,12 @@ func cisFaults(raw []byte, runtime string) []string {
 
 // hostNetEngine gives every container the host's network: the control runs
 // that prove a target is reachable when networking is on.
-type hostNetEngine struct{ engine }
+type hostNetEngine struct{ containers }
 
 func (h hostNetEngine) Create(ctx context.Context, spec containerSpec) (string, error) {
 	spec.NetworkMode = "host"
 	spec.Network = true
-	return h.engine.Create(ctx, spec)
+	return h.containers.Create(ctx, spec)
 }
 
 // runtimesUnderTest is runc, and runsc where the engine has it. Under
@@ -788,14 +833,15 @@ func TestAttackSuite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pe := &postureEngine{engine: base.eng, runtime: opt.Runtime}
-			s, _ := newSandbox(opt, pe, zerolog.Nop())
+			pe := &postureEngine{containers: base.ctr, runtime: opt.Runtime}
+			s, _ := newSandbox(opt, engineParts{ctr: pe, lst: base.lst}, zerolog.Nop())
 			// Control runs prove a target reachable with networking on; they
 			// use runc, which can share the host's network.
-			ctrl, _ := newSandbox(Options{Image: image}, hostNetEngine{base.eng}, zerolog.Nop())
+			ctrl, _ := newSandbox(Options{Image: image}, engineParts{ctr: hostNetEngine{base.ctr}, lst: base.lst}, zerolog.Nop())
 			defer func() {
 				s.Close(context.Background())
 				ctrl.Close(context.Background())
+				base.Close(context.Background())
 			}()
 			for i, a := range list {
 				t.Run(a.name, func(t *testing.T) {

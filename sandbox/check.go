@@ -12,9 +12,9 @@ import (
 func (s *Sandbox) Ping(ctx context.Context) (string, error) {
 	pctx, cancel := withEngineTimeout(ctx)
 	defer cancel()
-	v, err := s.eng.Ping(pctx)
+	v, err := s.probe.Ping(pctx)
 	if err != nil {
-		return "", fmt.Errorf("the Docker engine at %s does not answer: %w", s.eng.Host(), err)
+		return "", fmt.Errorf("the Docker engine at %s does not answer: %w", s.probe.Host(), err)
 	}
 	return v, nil
 }
@@ -23,7 +23,7 @@ func (s *Sandbox) Ping(ctx context.Context) (string, error) {
 func (s *Sandbox) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	ictx, cancel := withEngineTimeout(ctx)
 	defer cancel()
-	return s.eng.ServerInfo(ictx)
+	return s.probe.ServerInfo(ictx)
 }
 
 // ImageStatus is what is known about the sandbox image on the engine.
@@ -38,15 +38,12 @@ type ImageStatus struct {
 	Current bool
 }
 
-// ErrImageMissing reports that the sandbox image is not on the engine.
-var ErrImageMissing = errImageMissing
-
-// Image reports whether the sandbox image is present and current.
+// ImageStatus reports whether the sandbox image is present and current.
 func (s *Sandbox) ImageStatus(ctx context.Context) (ImageStatus, error) {
 	ictx, cancel := withEngineTimeout(ctx)
 	defer cancel()
 	st := ImageStatus{Ref: s.opt.Image}
-	info, err := s.eng.ImageInspect(ictx, s.opt.Image)
+	info, err := s.probe.ImageInspect(ictx, s.opt.Image)
 	if errors.Is(err, errImageMissing) {
 		return st, nil
 	}

@@ -13,12 +13,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
@@ -27,115 +29,8 @@ import (
 )
 
 // This file is the only one that imports the Docker module: the rest of the
-// package speaks to the engine through [engine], in the package's own types.
-
-// engine is the subset of the Docker API that the sandbox uses.
-type engine interface {
-	// Create makes a stopped container from spec and returns its id.
-	Create(ctx context.Context, spec containerSpec) (string, error)
-	// Launch starts the container with its stdin, stdout and stderr
-	// attached. Engines differ in the order they allow (Docker attaches
-	// before the start, Podman only after it), so the runner writes nothing
-	// until it reads its first line from stdin: nothing is missed either way.
-	Launch(ctx context.Context, id string) (stream, error)
-	Kill(ctx context.Context, id string) error
-	// Wait blocks until the container is not running.
-	Wait(ctx context.Context, id string) (exitCode int, err error)
-	Inspect(ctx context.Context, id string) (containerState, error)
-	Remove(ctx context.Context, id string) error
-	// List returns the containers, running or not, that carry all labels.
-	List(ctx context.Context, labels map[string]string) ([]listedContainer, error)
-	Ping(ctx context.Context) (string, error)
-	// ImageInspect reports whether ref exists and its labels.
-	ImageInspect(ctx context.Context, ref string) (imageInfo, error)
-	ImageImport(ctx context.Context, tar io.Reader, ref string, changes []string) error
-	ServerInfo(ctx context.Context) (EngineInfo, error)
-	// Host names where the client looks for the engine, for messages.
-	Host() string
-}
-
-// stream is an attached container's standard streams.
-type stream interface {
-	// Stdin is the container's standard input.
-	Stdin() io.Writer
-	// CloseStdin closes the container's standard input.
-	CloseStdin() error
-	// Demux copies stdout and stderr until both are closed.
-	Demux(stdout, stderr io.Writer) error
-	Close() error
-}
-
-// containerSpec is everything needed to create one sandbox container.
-type containerSpec struct {
-	Image      string
-	Cmd        []string
-	Env        []string
-	User       string
-	WorkingDir string
-	Labels     map[string]string
-	Hostname   string
-	Runtime    string
-	Network    bool
-	// NetworkMode, when set, overrides the mode Network selects (tests
-	// use "host" for control runs).
-	NetworkMode string
-	MemoryBytes int64
-	NanoCPUs    int64
-	PidsLimit   int64
-	ReadOnly    bool
-	Tmpfs       map[string]string
-	ShmBytes    int64
-	CapDropAll  bool
-	CapAdd      []string
-	NoNewPrivs  bool
-	// Seccomp is the profile's JSON, "unconfined", or "" for the engine's default.
-	Seccomp   string
-	LogDriver string
-	Init      bool
-	NoFile    int64
-	// NProc, when set, limits the processes of the code's uid (host-wide
-	// without a user namespace; root is exempt).
-	NProc int64
-}
-
-type containerState struct {
-	Running   bool
-	ExitCode  int
-	OOMKilled bool
-	// Raw is the engine's inspection, for posture checks in tests.
-	Raw json.RawMessage
-}
-
-type listedContainer struct {
-	ID     string
-	Labels map[string]string
-	State  string
-}
-
-type imageInfo struct {
-	ID     string
-	Labels map[string]string
-	Size   int64
-}
-
-// EngineInfo is what the engine says about itself.
-type EngineInfo struct {
-	// Product is "Docker Engine" or "Podman".
-	Product       string
-	ServerVersion string
-	APIVersion    string
-	OS            string
-	Runtimes      []string
-	DefaultRT     string
-	CgroupVersion string
-	RuncVersion   string
-	// SecurityOptions are the engine's security features ("name=seccomp,...",
-	// "name=userns", ...).
-	SecurityOptions []string
-}
-
-// errImageMissing reports that the sandbox image is not present.
-var errImageMissing = errors.New("image not found")
+// package speaks to the engine through the interfaces of engine.go, in the
+// package's own types.
 
 type dockerEngine struct {
 	cli *client.Client
@@ -341,13 +236,8 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 		host.NetworkMode = container.NetworkMode(s.NetworkMode)
 		cfg.NetworkDisabled = false
 	}
-	if s.Init {
-		yes := true
-		host.Init = &yes
-	}
 	if s.CapDropAll {
 		host.CapDrop = []string{"ALL"}
-		host.CapAdd = s.CapAdd
 	}
 	if s.NoNewPrivs {
 		host.SecurityOpt = append(host.SecurityOpt, "no-new-privileges:true")
@@ -399,16 +289,12 @@ func (d *dockerEngine) podmanRuntime(ctx context.Context, id string) (string, er
 
 type dockerStream struct {
 	conn io.Writer
-	hr   interface {
-		CloseWrite() error
-		Close()
-	}
-	r io.Reader
+	hr   interface{ Close() }
+	r    io.Reader
 }
 
-func (s *dockerStream) Stdin() io.Writer  { return s.conn }
-func (s *dockerStream) CloseStdin() error { return s.hr.CloseWrite() }
-func (s *dockerStream) Close() error      { s.hr.Close(); return nil }
+func (s *dockerStream) Stdin() io.Writer { return s.conn }
+func (s *dockerStream) Close() error     { s.hr.Close(); return nil }
 func (s *dockerStream) Demux(stdout, stderr io.Writer) error {
 	_, err := stdcopy.StdCopy(stdout, stderr, s.r)
 	return err
@@ -476,6 +362,9 @@ func (d *dockerEngine) Wait(ctx context.Context, id string) (int, error) {
 func (d *dockerEngine) Inspect(ctx context.Context, id string) (containerState, error) {
 	c, raw, err := d.cli.ContainerInspectWithRaw(ctx, id, false)
 	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return containerState{}, fmt.Errorf("%w: %v", errGone, err)
+		}
 		return containerState{}, err
 	}
 	st := containerState{Raw: raw}
@@ -483,8 +372,36 @@ func (d *dockerEngine) Inspect(ctx context.Context, id string) (containerState, 
 		st.Running = c.State.Running
 		st.ExitCode = c.State.ExitCode
 		st.OOMKilled = c.State.OOMKilled
+		st.Removing = c.State.Status == "removing" || c.State.Dead
 	}
 	return st, nil
+}
+
+// KillSignals reads the engine's events for the container: each "kill"
+// event is a request, through the API, to signal it.
+func (d *dockerEngine) KillSignals(ctx context.Context, id string, since time.Time) ([]int, error) {
+	args := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("container", id), filters.Arg("event", "kill"))
+	stamp := func(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
+	// Until now: a later time would hold the request open until then.
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Since: stamp(since.Add(-time.Second)), Until: stamp(time.Now()), Filters: args})
+	var sigs []int
+	for {
+		select {
+		case m := <-msgs:
+			n, err := strconv.Atoi(m.Actor.Attributes["signal"])
+			if err != nil {
+				n = int(syscall.SIGKILL)
+			}
+			sigs = append(sigs, n)
+		case err := <-errs:
+			if errors.Is(err, io.EOF) {
+				return sigs, nil
+			}
+			return sigs, err
+		case <-ctx.Done():
+			return sigs, ctx.Err()
+		}
+	}
 }
 
 func (d *dockerEngine) Remove(ctx context.Context, id string) error {

@@ -73,8 +73,8 @@ func (s *Sandbox) BuildImage(ctx context.Context, opt BuildOptions) error {
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(progress, "pybox image build: "+format+"\n", a...) }
 
-	if _, err := s.eng.Ping(ctx); err != nil {
-		return fmt.Errorf("the Docker engine at %s does not answer: %w", s.eng.Host(), err)
+	if _, err := s.imp.Ping(ctx); err != nil {
+		return fmt.Errorf("the Docker engine at %s does not answer: %w", s.imp.Host(), err)
 	}
 	root := opt.RootFS
 	if root == "" {
@@ -116,7 +116,7 @@ func (s *Sandbox) BuildImage(ctx context.Context, opt BuildOptions) error {
 		}
 	}
 
-	say("importing %s into the engine at %s", opt.Ref, s.eng.Host())
+	say("importing %s into the engine at %s", opt.Ref, s.imp.Host())
 	start := time.Now()
 	tar := exec.CommandContext(ctx, "tar", "-C", root, "--numeric-owner", "-c",
 		"--exclude=./proc/*", "--exclude=./sys/*", "--exclude=./dev/*",
@@ -140,7 +140,7 @@ func (s *Sandbox) BuildImage(ctx context.Context, opt BuildOptions) error {
 		fmt.Sprintf("LABEL %s=%s", LabelImageVersion, ImageVersion),
 		fmt.Sprintf("LABEL %s=%s", LabelImageSuite, ImageSuite),
 	}
-	ierr := s.eng.ImageImport(ctx, out, opt.Ref, changes)
+	ierr := s.imp.ImageImport(ctx, out, opt.Ref, changes)
 	if ierr != nil {
 		_ = tar.Process.Kill()
 	}
@@ -173,8 +173,18 @@ func finishRoot(ctx context.Context, root string) error {
 	if err := appendLine("etc/group", fmt.Sprintf("sandbox:x:%d:", sandboxUID)); err != nil {
 		return err
 	}
+	// The mount points of the input and output tmpfs mounts: engines keep
+	// an image directory's mode over a tmpfs mode option, and the runner,
+	// not root, writes there, so they are open to every uid, sticky.
 	for _, d := range []string{"mnt/user-data", "mnt/outputs", "opt/pybox"} {
+		mode := os.FileMode(0o755)
+		if d != "opt/pybox" {
+			mode = 0o1777
+		}
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(root, d), mode); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,9 @@ import (
 // for longer than allowed.
 var errBusy = errors.New("too many calls at once")
 
+// errDeadline means a call's own deadline passed while it waited.
+var errDeadline = errors.New("the call's timeout passed while it waited")
+
 // limiter lets at most n calls run at once and at most queue more wait.
 type limiter struct {
 	slots   chan struct{}
@@ -28,8 +31,9 @@ func newLimiter(n, queue int, maxWait time.Duration) *limiter {
 }
 
 // acquire waits for a slot. It fails at once with errBusy when the queue is
-// full, with errBusy after maxWait, and with ctx's error when ctx ends.
-func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) error {
+// full, with errBusy after maxWait, with errDeadline at the call's
+// deadline, and with ctx's error when ctx ends.
+func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}, deadline time.Time) error {
 	select {
 	case l.slots <- struct{}{}:
 		l.started()
@@ -48,14 +52,18 @@ func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) error {
 		l.waiting--
 		l.mu.Unlock()
 	}()
-	t := time.NewTimer(l.maxWait)
+	wait, err := l.maxWait, errBusy
+	if d := time.Until(deadline); d < wait {
+		wait, err = d, errDeadline
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case l.slots <- struct{}{}:
 		l.started()
 		return nil
 	case <-t.C:
-		return errBusy
+		return err
 	case <-stop:
 		return errClosed
 	case <-ctx.Done():

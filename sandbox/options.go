@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 )
 
@@ -12,16 +11,22 @@ import (
 // selects it, and a flag of the pybox command.
 const (
 	// ImageVersion is bumped whenever the image's content or layout changes.
-	ImageVersion = "1"
+	ImageVersion = "2"
 	// DefaultImage is the sandbox image the server expects.
 	DefaultImage = "pybox-sandbox:" + ImageVersion
 
-	DefaultMemoryBytes   = 256 << 20
-	DefaultNanoCPUs      = 1_000_000_000
-	DefaultPidsLimit     = 64
-	DefaultTmpfsBytes    = 64 << 20
-	DefaultShmBytes      = 16 << 20
-	DefaultUser          = "10001:10001"
+	DefaultMemoryBytes = 256 << 20
+	DefaultNanoCPUs    = 1_000_000_000
+	DefaultPidsLimit   = 64
+	DefaultTmpfsBytes  = 64 << 20
+	DefaultShmBytes    = 16 << 20
+	// DefaultUser gives each sandbox a uid of its own from the uid range.
+	DefaultUser = "auto"
+	// DefaultUIDBase and DefaultUIDCount are the uid range: high above
+	// the ids of users and of the usual subordinate-id ranges, and below
+	// 2^31 so no tool reads them as negative.
+	DefaultUIDBase       = 2_000_000_000
+	DefaultUIDCount      = 1_000_000
 	DefaultMaxConcurrent = 4
 	DefaultMaxQueue      = 64
 	DefaultQueueTimeout  = 60 * time.Second
@@ -96,12 +101,19 @@ type Options struct {
 	Network bool
 	// WritableRoot, when true, leaves the root filesystem writable.
 	WritableRoot bool
-	// User is "uid:gid" to run as; "" means 10001:10001. Root is refused
+	// User is "uid:gid" to run every sandbox as; "" or "auto" gives each
+	// live sandbox a uid of its own from the uid range. Root is refused
 	// unless AllowRoot is set.
 	User string
-	// AllowRoot permits User to be root.
+	// UIDBase and UIDCount are the uid range; 0 means [DefaultUIDBase]
+	// and [DefaultUIDCount].
+	UIDBase, UIDCount int
+	// AllowRoot permits User to be root and KeepCapabilities: whatever
+	// loosens the sandbox's privileges.
 	AllowRoot bool
-	// KeepCapabilities, when true, keeps the engine's default capabilities.
+	// KeepCapabilities, when true, keeps the engine's default capabilities
+	// (the sandbox's uid is not root, so they sit in its bounding set
+	// only). It needs AllowRoot.
 	KeepCapabilities bool
 	// AllowNewPrivileges, when true, drops the no-new-privileges flag.
 	AllowNewPrivileges bool
@@ -150,7 +162,8 @@ type Options struct {
 // resolved holds the options with every default filled in.
 type resolved struct {
 	Options
-	seccomp string
+	seccomp   string
+	fixedUser string // "uid:gid", or "" for the range
 }
 
 func (o Options) resolve() (resolved, error) {
@@ -171,6 +184,12 @@ func (o Options) resolve() (resolved, error) {
 	}
 	if o.User == "" {
 		o.User = DefaultUser
+	}
+	if o.UIDBase == 0 {
+		o.UIDBase = DefaultUIDBase
+	}
+	if o.UIDCount == 0 {
+		o.UIDCount = DefaultUIDCount
 	}
 	if o.LogDriver == "" {
 		o.LogDriver = "none"
@@ -217,13 +236,18 @@ func (o Options) resolve() (resolved, error) {
 	case o.NanoCPUs < 0, o.PidsLimit < 0, o.TmpfsBytes < 0, o.MaxConcurrent < 0, o.OutputLimit < 0:
 		return resolved{}, fmt.Errorf("limits must not be negative")
 	}
-	if !o.AllowRoot {
-		uid, _, _ := strings.Cut(o.User, ":")
-		if uid == "0" || uid == "root" {
-			return resolved{}, fmt.Errorf("user %q is root; set AllowRoot (--allow-root) to permit it", o.User)
-		}
+	fixed, root, err := parseUser(o.User)
+	switch {
+	case err != nil:
+		return resolved{}, err
+	case root && !o.AllowRoot:
+		return resolved{}, fmt.Errorf("user %q is root; set AllowRoot (--allow-root) to permit it", o.User)
+	case o.KeepCapabilities && !o.AllowRoot:
+		return resolved{}, fmt.Errorf("keeping the engine's capabilities loosens the sandbox; set AllowRoot (--allow-root) to permit it")
+	case o.UIDBase < 1000 || o.UIDCount < 1 || int64(o.UIDBase)+int64(o.UIDCount) > 1<<32-2:
+		return resolved{}, fmt.Errorf("the uid range %d-%d is not usable: start above 999 and stay below 4294967294", o.UIDBase, o.UIDBase+o.UIDCount-1)
 	}
-	r := resolved{Options: o}
+	r := resolved{Options: o, fixedUser: fixed}
 	switch o.Seccomp {
 	case "", SeccompPinned:
 		r.seccomp = pinnedSeccomp
@@ -241,10 +265,6 @@ func (o Options) resolve() (resolved, error) {
 	return r, nil
 }
 
-// supervisorCaps are the capabilities the runner's supervisor keeps to
-// start the worker as User and to signal it; the worker drops them all.
-var supervisorCaps = []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}
-
 // containerEnv is the whole environment of the code: nothing of the
 // server's own environment goes in.
 func containerEnv() []string {
@@ -253,6 +273,10 @@ func containerEnv() []string {
 		"HOME=" + workDir,
 		"LANG=C.UTF-8",
 		"LC_ALL=C.UTF-8",
+		// The sandbox's uid has no entry in /etc/passwd; these name it
+		// for getpass.getuser() and the like.
+		"USER=sandbox",
+		"LOGNAME=sandbox",
 		"MPLBACKEND=module://pybox_backend",
 		"MPLCONFIGDIR=/tmp/.config/matplotlib",
 		"OPENBLAS_NUM_THREADS=1",

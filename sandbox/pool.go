@@ -19,7 +19,7 @@ const DefaultPoolMaxIdle = 5 * time.Minute
 // background.
 type pool struct {
 	mu    sync.Mutex
-	ready []*warm
+	ready []*box
 	wake  chan struct{}
 	done  chan struct{}
 	// lastMiss is when a call last found the pool empty. Under such load
@@ -42,7 +42,7 @@ func (s *Sandbox) startPool() {
 }
 
 // takeWarm returns a ready pooled sandbox, or nil.
-func (s *Sandbox) takeWarm() *warm {
+func (s *Sandbox) takeWarm() *box {
 	p := s.pool
 	if p == nil {
 		return nil
@@ -50,26 +50,16 @@ func (s *Sandbox) takeWarm() *warm {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer func() {
-		if len(p.ready) == 0 {
-			p.lastMiss = time.Now()
-		}
-	}()
 	for len(p.ready) > 0 {
-		w := p.ready[0]
+		b := p.ready[0]
 		p.ready = p.ready[1:]
-		select {
-		case <-w.copied: // it died while waiting
-			go s.discard(w)
-			continue
-		default:
-		}
-		if time.Since(w.born) > s.opt.PoolMaxIdle {
-			go s.discard(w)
+		if !b.conn.alive() || time.Since(b.started) > s.opt.PoolMaxIdle {
+			go s.destroy(context.Background(), b)
 			continue
 		}
-		return w
+		return b
 	}
+	p.lastMiss = time.Now()
 	return nil
 }
 
@@ -78,11 +68,6 @@ func (p *pool) poke() {
 	case p.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (s *Sandbox) discard(w *warm) {
-	w.st.Close()
-	s.remove(context.Background(), w.id)
 }
 
 // refill keeps the pool full, replaces sandboxes that waited too long, and
@@ -94,38 +79,14 @@ func (s *Sandbox) refill() {
 	tick := time.NewTicker(max(s.opt.PoolMaxIdle/4, time.Second))
 	defer tick.Stop()
 	for {
-		p.mu.Lock()
-		var stale []*warm
-		fresh := p.ready[:0]
-		for _, w := range p.ready {
-			if time.Since(w.born) > s.opt.PoolMaxIdle {
-				stale = append(stale, w)
-			} else {
-				fresh = append(fresh, w)
-			}
-		}
-		p.ready = fresh
-		short := s.opt.PoolSize - len(p.ready)
-		loaded := time.Since(p.lastMiss) < loadWindow
-		if !loaded && short == 0 {
-			// Load has passed: trade a light sandbox for a full one.
-			for i, w := range p.ready {
-				if w.light {
-					stale = append(stale, w)
-					p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
-					short = 1
-					break
-				}
-			}
-		}
-		p.mu.Unlock()
-		for _, w := range stale {
-			s.discard(w)
+		stale, short, loaded := p.prune(s.opt.PoolSize, s.opt.PoolMaxIdle)
+		for _, b := range stale {
+			s.destroy(context.Background(), b)
 		}
 		if short > 0 {
-			w, fail := s.prepareSandbox(context.Background(), "pool-"+NewID()[:12], true, !loaded)
-			if fail != nil {
-				s.log.Debug().Err(fail.Cause).Msg("preparing a pooled sandbox failed; retrying")
+			b, err := s.prepare(!loaded)
+			if err != nil {
+				s.log.Debug().Err(err).Msg("preparing a pooled sandbox failed; retrying")
 				select {
 				case <-s.stop:
 					return
@@ -139,15 +100,14 @@ func (s *Sandbox) refill() {
 			select {
 			case <-s.stop:
 				p.mu.Unlock()
-				s.discard(w)
+				s.destroy(context.Background(), b)
 				return
 			default:
 			}
-			p.ready = append(p.ready, w)
+			p.ready = append(p.ready, b)
 			p.mu.Unlock()
 			continue
 		}
-		wait := tick.C
 		var lightDone <-chan time.Time
 		if p.hasLight() {
 			lightDone = time.After(loadWindow)
@@ -156,17 +116,62 @@ func (s *Sandbox) refill() {
 		case <-s.stop:
 			return
 		case <-p.wake:
-		case <-wait:
+		case <-tick.C:
 		case <-lightDone:
 		}
 	}
 }
 
+// prune drops the sandboxes that waited too long or died, and, once load
+// has passed, a light one to make room for a full one. It says how many
+// the pool is short and whether it is under load.
+func (p *pool) prune(size int, maxIdle time.Duration) (stale []*box, short int, loaded bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fresh := p.ready[:0]
+	for _, b := range p.ready {
+		if time.Since(b.started) > maxIdle || !b.conn.alive() {
+			stale = append(stale, b)
+		} else {
+			fresh = append(fresh, b)
+		}
+	}
+	p.ready = fresh
+	short = size - len(p.ready)
+	loaded = time.Since(p.lastMiss) < loadWindow
+	if !loaded && short == 0 {
+		for i, b := range p.ready {
+			if b.light {
+				stale = append(stale, b)
+				p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+				short = 1
+				break
+			}
+		}
+	}
+	return stale, short, loaded
+}
+
+// prepare starts a pooled sandbox and waits until it is ready for code.
+func (s *Sandbox) prepare(preimport bool) (*box, error) {
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * engineCallTimeout)
+	b, fail := s.startBox(ctx, modeOnce, "pool-"+NewID()[:12], preimport, deadline)
+	if fail != nil {
+		return nil, fail.Cause
+	}
+	if err := s.waitReady(ctx, b, deadline); err != nil {
+		s.destroy(ctx, b)
+		return nil, err
+	}
+	return b, nil
+}
+
 func (p *pool) hasLight() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, w := range p.ready {
-		if w.light {
+	for _, b := range p.ready {
+		if b.light {
 			return true
 		}
 	}
@@ -184,8 +189,8 @@ func (s *Sandbox) closePool() {
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
-	for _, w := range ready {
-		s.discard(w)
+	for _, b := range ready {
+		s.destroy(context.Background(), b)
 	}
 }
 
@@ -198,8 +203,8 @@ func (s *Sandbox) PoolReady() int {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
 	n := 0
-	for _, w := range s.pool.ready {
-		if !w.light {
+	for _, b := range s.pool.ready {
+		if !b.light {
 			n++
 		}
 	}

@@ -76,6 +76,11 @@ func TestPoolIsFreshAndInvisible(t *testing.T) {
 		}
 		seen[got.Container] = true
 		want.Container = got.Container
+		// Each sandbox has a uid of its own from the range.
+		if got.UID < DefaultUIDBase || got.UID >= DefaultUIDBase+DefaultUIDCount || got.UID == want.UID {
+			t.Errorf("call %d ran as uid %d; want a uid of its own from the range", i, got.UID)
+		}
+		want.UID = got.UID
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("call %d in a pooled sandbox sees something else than a cold run (-cold +pooled):\n%s", i, diff)
 		}

@@ -71,7 +71,7 @@ func ownerAlive(owner string) (alive, known bool) {
 func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 	lctx, cancel := withEngineTimeout(ctx)
 	defer cancel()
-	cs, err := s.eng.List(lctx, map[string]string{LabelManaged: "true"})
+	cs, err := s.lst.List(lctx, map[string]string{LabelManaged: "true"})
 	if err != nil {
 		return 0, err
 	}
@@ -85,7 +85,7 @@ func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 		if alive, _ := ownerAlive(owner); alive {
 			continue
 		}
-		if err := s.eng.Remove(lctx, c.ID); err != nil {
+		if err := s.lst.Remove(lctx, c.ID); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -1,161 +1,120 @@
 import sys
 
+# pybox's runner: the only process the engine starts in a sandbox, PID 1,
+# run as an unprivileged uid with no capability at all (the same uid as the
+# code it runs). It is in two parts.
+#
+# The supervisor (PID 1) holds the container's standard streams. It is not
+# dumpable, so no other process of its uid can trace it, read its memory or
+# open its file descriptors, and it ignores every signal it can (under runc
+# the kernel also drops SIGKILL and SIGSTOP sent to PID 1 from inside the
+# container; gVisor does not, and the server copes with a supervisor the code
+# killed). It writes each call's input files, forks the worker, relays the
+# worker's output, ends the call when the worker's main program ends, stops
+# whatever the code left running, and sends the output files back.
+#
+# The worker runs the code as the main module. Its stdout and stderr are
+# buffered as a notebook kernel buffers them and written at least every
+# flush interval. Nothing it says is trusted: in a one-call sandbox it says
+# nothing but "ready", and its exit status is read from the kernel; in a
+# session it reports each call's end on a status pipe that the supervisor
+# checks strictly.
+#
+# Protocol. Both directions are frames: a type byte, a big-endian uint32
+# length, and that many bytes.
+#   server to runner, on stdin:
+#     A  config (JSON): mode "once" or "session", preimport, flush, limits;
+#        the runner writes nothing before it
+#     R  a call: a JSON line {"seq", "code", "files": [{"path", "size"}]},
+#        then the code's bytes, then each file's bytes in order
+#     I  interrupt the running call (SIGINT to the worker, as Ctrl-C)
+#     K  stop the running call now: every process but this one is killed
+#   runner to server, on stdout (the runner's stderr is diagnostics only):
+#     Y  ready for code (the worker's modules are imported)
+#     O  a chunk of the code's stdout; E  a chunk of its stderr
+#     F  an output file: uint16 length of the path, the path, the content
+#     D  the end of a call (JSON); its output and files came before it
 
-def _pybox_supervisor():
-    # The in-container runner, in two processes.
-    #
-    # The supervisor starts as root with four capabilities (SETUID, SETGID,
-    # SETPCAP, KILL) and keeps the container's standard streams. It forks
-    # the worker, which drops to uid 10001 with no capability at all before
-    # any of the user's code runs. The supervisor writes each call's input
-    # files (root-owned, so the code cannot write over them), hands the code
-    # to the worker, relays the worker's output, and ends each call with a
-    # marker that holds a nonce made after the fork: the code cannot read the
-    # supervisor's memory (another uid, not dumpable), so it cannot forge the
-    # end of its own output.
-    #
-    # Protocol, server to supervisor (stdin): a first line once the server
-    # is attached (its content is ignored), then one JSON line per request,
-    # {"code", "files"} to run code, {"op": "interrupt"} to send the running
-    # code SIGINT. Supervisor to server: "PYBOX-READY <nonce>\n" on stdout;
-    # per call, the code's stdout, then "\0PYBOX-END <nonce>\n", a JSON
-    # trailer line and the trailer's "archive" bytes of output files as tar;
-    # on stderr, the code's stderr, then the same end marker. Without
-    # PYBOX_SESSION the worker runs one call and everything exits.
-    import base64
+
+def _pybox_supervise():
     import ctypes
-    import fcntl
     import json
     import os
     import select
     import signal
+    import stat
+    import struct
+    import time
 
-    uid = int(os.environ.get("PYBOX_UID", "10001"))
-    gid = int(os.environ.get("PYBOX_GID", str(uid)))
-    session = os.environ.get("PYBOX_SESSION") == "1"
     libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
-    out_max = int(os.environ.get("PYBOX_OUTPUT_MAX", str(24 << 20)))
-
-    # /mnt/outputs is a fresh tmpfs owned by the worker where the engine
-    # takes a tmpfs uid= option (Docker); where it does not (Podman), it is
-    # root's, and root may still open it to the worker: sticky, like /tmp.
-    try:
-        if os.stat("/mnt/outputs").st_uid != uid:
-            os.chmod("/mnt/outputs", 0o1777)
-    except OSError:
-        pass
-
-    # Pipes to the worker: code in; stdout, stderr, outputs and status out.
-    code_r, code_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    arc_r, arc_w = os.pipe()
-    st_r, st_w = os.pipe()
-
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for fd in (code_w, out_r, err_r, arc_r, st_r):
-                os.close(fd)
-            devnull = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(devnull, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            for fd in (devnull, out_w, err_w):
-                os.close(fd)
-            keep = {0, 1, 2, code_r, arc_w, st_w}
-            for fd in range(3, 256):
-                if fd not in keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            preimport = [n for n in os.environ.get("PYBOX_PREIMPORT", "").split(",") if n]
-            for name in ("PYBOX_UID", "PYBOX_GID", "PYBOX_OUTPUT_MAX", "PYBOX_PREIMPORT", "PYBOX_SESSION"):
-                os.environ.pop(name, None)
-            if uid != 0:
-                _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP)
-            _pybox_install_backend()
-            _pybox_preimport(preimport)
-            os.write(st_w, b'{"ready": true}\n')
-            _pybox_worker(code_r, arc_w, st_w, out_max, session)
-        except BaseException as exc:  # never return into the supervisor's code
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    _pybox_clone3_enosys(libc, struct)
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
             try:
-                os.write(2, ("pybox: the sandbox's worker failed: %r\n" % (exc,)).encode())
-            finally:
-                os._exit(1)
-        os._exit(0)
+                signal.signal(sig, signal.SIG_IGN)
+            except (OSError, ValueError):
+                pass
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _pybox_noop)
 
-    for fd in (code_r, out_w, err_w, arc_w, st_w):
-        os.close(fd)
-    for fd in (out_r, err_r):
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    nonce = base64.b16encode(os.urandom(16)).decode().lower()
+    hdr = struct.Struct(">BI")
+    outputs = "/mnt/outputs"
 
     def write_all(fd, data):
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
 
-    closed = set()
-
-    def relay(fd):
-        # Copy what the worker's pipe holds now to the container's stream.
-        target = 1 if fd == out_r else 2
-        while fd not in closed:
-            try:
-                data = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                closed.add(fd)
-                return
-            write_all(target, data)
+    def emit(typ, payload=b""):
+        if len(payload) < 1 << 16:
+            write_all(1, hdr.pack(typ, len(payload)) + payload)
+        else:
+            write_all(1, hdr.pack(typ, len(payload)))
+            write_all(1, payload)
 
     inbuf = bytearray()
 
-    def next_request(block):
-        # Returns the next request line from the server, None at EOF, or
-        # "" when block is false and no whole line is there yet.
-        while b"\n" not in inbuf:
-            if not block:
-                r, _, _ = select.select([0], [], [], 0)
-                if not r:
-                    return ""
-            data = os.read(0, 1 << 20)
-            if not data:
-                return None
-            inbuf.extend(data)
-        i = inbuf.index(b"\n")
-        line = bytes(inbuf[:i])
-        del inbuf[:i + 1]
-        return line
+    def read_stdin():
+        # What stdin holds now (it was readable); False at its end.
+        data = os.read(0, 1 << 20)
+        inbuf.extend(data)
+        return bool(data)
 
-    # The server's first line says it is attached to the streams (some
-    # engines attach only after the start): nothing is written before it.
-    if next_request(True) is None:
-        os.kill(pid, signal.SIGKILL)
+    def next_frame(limit):
+        # The next whole frame from the server, (type, payload), or None.
+        if len(inbuf) < 5:
+            return None
+        typ, n = hdr.unpack_from(inbuf)
+        if n > limit:
+            raise SystemExit("a frame of %d bytes from the server; at most %d" % (n, limit))
+        if len(inbuf) < 5 + n:
+            return None
+        payload = bytes(inbuf[5:5 + n])
+        del inbuf[:5 + n]
+        return chr(typ), payload
+
+    first = None
+    while first is None:
+        if not read_stdin():
+            os._exit(0)
+        first = next_frame(1 << 16)
+    if first[0] != "A":
         os._exit(0)
-
-    # The worker says when it is ready (its modules imported): only then is
-    # the sandbox ready for code.
-    ready = b""
-    while b"\n" not in ready:
-        data = os.read(st_r, 4096)
-        if not data:
-            break
-        ready += data
-    status = bytearray(ready[ready.index(b"\n") + 1:] if b"\n" in ready else b"")
-    write_all(1, ("PYBOX-READY %s\n" % nonce).encode())
+    cfg = json.loads(first[1])
+    session = cfg.get("mode") == "session"
+    lim = cfg.get("limits") or {}
+    max_files = int(lim.get("files", 50))
+    max_file = int(lim.get("file_bytes", 10 << 20))
+    max_total = int(lim.get("total_bytes", 20 << 20))
+    max_request = int(lim.get("request_bytes", 12 << 20))
 
     def oom_kills():
-        # The container's memory cgroup's count of OOM kills (cgroup v1 or
-        # v2), or None where it cannot be read (gVisor): the engine's own
-        # OOMKilled flag is not reported by every engine (Podman).
+        # The memory cgroup's count of OOM kills (v1 or v2), or None where it
+        # cannot be read (gVisor, where a memory kill ends the whole sandbox).
         for path in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
             try:
                 with open(path) as f:
@@ -167,133 +126,621 @@ def _pybox_supervisor():
                 pass
         return None
 
-    worker_alive = True
-    archive = bytearray()
-    exit_code = 0
-    while worker_alive:
-        line = next_request(True)
-        if line is None:
-            break
-        try:
-            req = json.loads(line)
-        except Exception as exc:
-            write_all(2, ("pybox: bad request to the sandbox runner: %r\n" % (exc,)).encode())
-            continue
-        if req.get("op") == "interrupt":
-            continue  # nothing runs
-        for f in req.get("files") or []:
-            path = os.path.join("/mnt/user-data", f["path"])
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-            fd = os.open(path, flags, 0o644)
-            write_all(fd, base64.b64decode(f["data"]))
-            os.close(fd)
-        pending = json.dumps({"code": req.get("code", "")}).encode() + b"\n"
-        kills_before = oom_kills()
-
-        # Relay until the worker reports the call done, or dies.
-        done = None
-        stdin_open = True
-        while done is None:
-            rl = [fd for fd in (out_r, err_r, arc_r, st_r) if fd not in closed]
-            if stdin_open:
-                rl.append(0)
-            wl = [code_w] if pending else []
-            r, w, _ = select.select(rl, wl, [])
-            if w:
+    def pids():
+        # The live processes other than this one (zombies are not counted).
+        live = set()
+        for p in os.listdir("/proc"):
+            if p.isdigit() and p != "1":
                 try:
-                    n = os.write(code_w, pending[:65536])
-                    pending = pending[n:]
-                except OSError:
-                    pending = b""
-            if 0 in r:
-                # Only interrupts arrive while code runs.
-                got = next_request(False)
-                if got is None:
-                    stdin_open = False
-                while got:
-                    try:
-                        if json.loads(got).get("op") == "interrupt":
-                            os.kill(pid, signal.SIGINT)
-                    except Exception:
-                        pass
-                    got = next_request(False)
-                    if got is None:
-                        stdin_open = False
-            for fd in (out_r, err_r):
-                if fd in r:
-                    relay(fd)
-            if arc_r in r:
-                data = os.read(arc_r, 1 << 20)
-                if not data:
-                    closed.add(arc_r)
-                elif len(archive) <= out_max + (1 << 20):
-                    archive += data
-            if st_r in r:
-                data = os.read(st_r, 65536)
-                if not data:
-                    closed.add(st_r)
-                    worker_alive = False
-                status += data
-                if b"\n" in status:
-                    i = status.index(b"\n")
-                    try:
-                        done = json.loads(bytes(status[:i]))
-                    except Exception:
-                        done = {"malformed": True}
-                    del status[:i + 1]
-            if not worker_alive and done is None:
-                done = {"worker_exited": True}
-        # Everything the worker wrote before its report is in the pipes.
-        relay(out_r)
-        relay(err_r)
-        if done.get("worker_exited"):
-            worker_alive = False
-        if not worker_alive or not session:
-            # The worker's own exit status: a signal (an OOM kill) shows here.
-            while arc_r not in closed:
-                data = os.read(arc_r, 1 << 20)
-                if not data:
-                    closed.add(arc_r)
-                elif len(archive) <= out_max + (1 << 20):
-                    archive += data
-            _, wstatus = os.waitpid(pid, 0)
-            worker_alive = False
-            if os.WIFSIGNALED(wstatus):
-                exit_code = 128 + os.WTERMSIG(wstatus)
-            else:
-                exit_code = os.WEXITSTATUS(wstatus)
-            if "exit_code" in done and not os.WIFSIGNALED(wstatus):
-                exit_code = done["exit_code"]
-        else:
-            exit_code = done.get("exit_code", 1)
-        n = min(int(done.get("archive", 0) or 0), len(archive))
-        if done.get("worker_exited"):
-            n = 0
-        chunk = bytes(archive[:n])
-        del archive[:n]
-        trailer = {"exit_code": exit_code, "archive": len(chunk), "worker": done, "session_over": not worker_alive}
-        kills = oom_kills()
-        if kills is not None and kills_before is not None:
-            trailer["oom_kills"] = kills - kills_before
-        write_all(1, b"\0PYBOX-END " + nonce.encode() + b"\n" + json.dumps(trailer).encode() + b"\n")
-        write_all(1, chunk)
-        write_all(2, b"\0PYBOX-END " + nonce.encode() + b"\n")
-        if not session:
-            break
-    if worker_alive:
+                    with open("/proc/%s/stat" % p, "rb") as f:
+                        if f.read().rpartition(b")")[2].split()[0] != b"Z":
+                            live.add(int(p))
+                except (OSError, IndexError):
+                    pass
+        return live
+
+    class Worker:
+        pass
+
+    def start_worker():
+        code_r, code_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
+        for fd in (out_w, err_w):
+            try:
+                import fcntl
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+            except OSError:
+                pass
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.set_wakeup_fd(-1)
+                for sig in signal.valid_signals():
+                    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                        try:
+                            signal.signal(sig, signal.SIG_DFL)
+                        except (OSError, ValueError):
+                            pass
+                # As the interpreter sets them up for a script.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                libc.prctl(4, 1, 0, 0, 0)  # the code's process is an ordinary one
+                devnull = os.open("/dev/null", os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                keep = (code_r, st_w)
+                lo = 3
+                for fd in sorted(keep):
+                    os.closerange(lo, fd)
+                    lo = fd + 1
+                os.closerange(lo, 1 << 16)
+                _pybox_worker(code_r, st_w, cfg)
+            except BaseException as exc:  # never return into the supervisor's loop
+                try:
+                    os.write(2, ("pybox: the sandbox's worker failed: %r\n" % (exc,)).encode())
+                finally:
+                    os._exit(1)
+            os._exit(0)
+        for fd in (code_r, out_w, err_w, st_w):
+            os.close(fd)
+        for fd in (code_w, out_r, err_r, st_r):
+            os.set_blocking(fd, False)
+        w = Worker()
+        w.pid, w.code_w, w.out_r, w.err_r, w.st_r = pid, code_w, out_r, err_r, st_r
+        w.pending = b""
+        w.status = None  # its wait status once reaped
+        w.ready = False
+        w.stbuf = b""
+        w.open = {out_r, err_r, st_r}
+        return w
+
+    def close_worker(w):
+        for fd in (w.code_w, w.out_r, w.err_r, w.st_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def reap():
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            if pid == worker.pid:
+                worker.status = st
+
+    def kill_all():
+        # Every process but this one: the worker and whatever it started.
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(-1, signal.SIGKILL)
         except OSError:
             pass
-    os._exit(exit_code & 0xFF)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            reap()
+            if not pids():
+                break
+            select.select([wake_r], [], [], 0.01)
+            drain_wake()
+
+    def drain_wake():
+        try:
+            while os.read(wake_r, 4096):
+                pass
+        except OSError:
+            pass
+
+    def relay(fd, into_call, budget=4 << 20):
+        # What the pipe holds now, to the server when a call runs; at most
+        # budget bytes, so a flood never keeps the loop from stdin.
+        while fd in worker.open and budget > 0:
+            try:
+                data = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                worker.open.discard(fd)
+                return
+            budget -= len(data)
+            if into_call and call is not None:
+                emit(0x4F if fd == worker.out_r else 0x45, data)
+
+    def drain_to_end(limit):
+        # After every writer is gone: the rest of both pipes.
+        deadline = time.monotonic() + limit
+        while (worker.out_r in worker.open or worker.err_r in worker.open) and time.monotonic() < deadline:
+            fds = [fd for fd in (worker.out_r, worker.err_r) if fd in worker.open]
+            r, _, _ = select.select(fds, [], [], max(0, deadline - time.monotonic()))
+            for fd in r:
+                relay(fd, True, 1 << 30)
+
+    def status_lines():
+        # Complete lines from the worker's status pipe; None when the pipe
+        # holds more than a status line can be (the code wrote into it).
+        while worker.st_r in worker.open:
+            try:
+                data = os.read(worker.st_r, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                worker.open.discard(worker.st_r)
+                break
+            worker.stbuf += data
+            if len(worker.stbuf) > 4096:
+                return None
+        lines = worker.stbuf.split(b"\n")
+        worker.stbuf = lines.pop()
+        return lines
+
+    def remove_tree(path):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                os.chmod(path, 0o755)
+            except OSError:
+                pass
+            for entry in os.scandir(path):
+                remove_tree(entry.path)
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+
+    def write_inputs(files, blob):
+        # Each input file in place of whatever was at its path (in a session,
+        # an earlier call's file or folder: the new call wins), mode 0444.
+        root = "/mnt/user-data"
+        made = []
+        off = 0
+        try:
+            for f in files:
+                rel, size = f["path"], int(f["size"])
+                parts = rel.split("/")
+                if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or len(parts) > 8:
+                    raise ValueError("%r is not a clean relative path" % rel)
+                d = root
+                for part in parts[:-1]:
+                    d = os.path.join(d, part)
+                    try:
+                        st = os.lstat(d)
+                    except FileNotFoundError:
+                        st = None
+                    if st is not None and not stat.S_ISDIR(st.st_mode):
+                        remove_tree(d)
+                        st = None
+                    if st is None:
+                        os.mkdir(d, 0o755)
+                    elif st.st_mode & 0o700 != 0o700:
+                        os.chmod(d, 0o755)
+                path = os.path.join(d, parts[-1])
+                remove_tree(path)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+                made.append(path)
+                try:
+                    write_all(fd, blob[off:off + size])
+                finally:
+                    os.close(fd)
+                off += size
+        except (OSError, ValueError) as exc:
+            for path in made:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            msg = "%s: %s" % (f.get("path"), getattr(exc, "strerror", None) or exc)
+            if isinstance(exc, OSError) and exc.errno == 28:  # ENOSPC
+                try:
+                    v = os.statvfs(root)
+                    used = (v.f_blocks - v.f_bfree) * v.f_frsize
+                    msg += "; /mnt/user-data holds %.1f MiB of %.1f MiB" % (used / 1048576, v.f_blocks * v.f_frsize / 1048576)
+                except OSError:
+                    pass
+            return msg
+        return ""
+
+    def snapshot():
+        seen = {}
+        for dirpath, dirnames, filenames in os.walk(outputs):
+            for name in filenames + dirnames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                seen[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+        return seen
+
+    def send_outputs(before):
+        # The files under /mnt/outputs that are new or changed since before,
+        # within the limits; what is left out is named in skipped.
+        skipped = []
+        count = total = 0
+        for dirpath, dirnames, filenames in os.walk(outputs):
+            dirnames.sort()
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            for name in sorted(filenames) + links:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, outputs)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if before.get(path) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode):
+                    continue
+                raw = os.fsencode(rel)
+                if not stat.S_ISREG(st.st_mode):
+                    skipped.append({"path": rel, "why": "not a regular file"})
+                    continue
+                try:
+                    raw.decode("utf-8")
+                    bad = any(ord(c) < 32 or ord(c) == 127 for c in rel)
+                except UnicodeDecodeError:
+                    bad = True
+                if bad or len(raw) > 1024:
+                    skipped.append({"path": repr(raw)[2:-1][:200], "why": "its name is not printable UTF-8 of at most 1024 bytes"})
+                    continue
+                count += 1
+                if count > max_files:
+                    skipped.append({"path": rel, "why": "past the %d files that come back" % max_files})
+                    continue
+                if st.st_size > max_file:
+                    skipped.append({"path": rel, "why": "%d bytes, over the %d-byte limit per file" % (st.st_size, max_file)})
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    with os.fdopen(fd, "rb") as f:
+                        data = f.read(max_file + 1)
+                except OSError as exc:
+                    skipped.append({"path": rel, "why": "unreadable: %s" % exc.strerror})
+                    continue
+                if len(data) > max_file or total + len(data) > max_total:
+                    skipped.append({"path": rel, "why": "over the %d-byte limit for all output files" % max_total})
+                    continue
+                total += len(data)
+                emit(0x46, struct.pack(">H", len(raw)) + raw + data)
+        return skipped
+
+    def finish(**report):
+        # Output files, then the call's end.
+        nonlocal call
+        report["ran"] = round(max(0.0, call.get("end", time.monotonic()) - call["start"]), 6)
+        skipped = send_outputs(call["before"]) if not report.get("input_error") else []
+        report["seq"] = call["seq"]
+        report["skipped"] = skipped[:100]
+        report["skipped_count"] = len(skipped)
+        kills = oom_kills()
+        if kills is not None and call["oom"] is not None:
+            report["oom_kills"] = kills - call["oom"]
+        emit(0x44, json.dumps(report).encode())
+        call = None
+
+    def exit_report(st):
+        if os.WIFSIGNALED(st):
+            return {"signal": os.WTERMSIG(st)}
+        return {"exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else 1}
+
+    worker = start_worker()
+    call = None
+    stopped = False
+    restarted_before = ""
+    sent_ready = False
+
+    def begin(payload):
+        nonlocal call, restarted_before
+        head, _, rest = payload.partition(b"\n")
+        req = json.loads(head)
+        code_len = int(req["code"])
+        code, blob = rest[:code_len], rest[code_len:]
+        call = {"seq": int(req["seq"]), "start": time.monotonic(), "oom": oom_kills(), "before": {}}
+        err = write_inputs(req.get("files") or [], blob)
+        if err:
+            finish(input_error=err)
+            return
+        if restarted_before:
+            call["restarted_before"] = restarted_before
+            restarted_before = ""
+        if session:
+            call["before"] = snapshot()
+            call["pids"] = pids()
+        call["start"] = time.monotonic()
+        worker.pending += struct.pack("<II", call["seq"], len(code)) + code
+
+    def worker_ended():
+        # The worker's process is gone: in a one-call sandbox the call is
+        # over; in a session its Python is restarted, as a notebook restarts
+        # a kernel that died.
+        nonlocal worker, restarted_before
+        st = worker.status
+        if call is not None:
+            call["end"] = time.monotonic()
+            reap()
+            left = len(pids())
+            kill_all()
+            drain_to_end(2)
+            report = exit_report(st)
+            if stopped:
+                report["stopped"] = True
+            if session:
+                report["restarted"] = "stopped" if stopped else "exited"
+                if call.get("restarted_before"):
+                    report["restarted_before"] = call["restarted_before"]
+            else:
+                report["left"] = left
+            finish(**report)
+        elif session:
+            kill_all()
+            what = exit_report(st)
+            restarted_before = "signal %d" % what["signal"] if "signal" in what else "exit status %d" % what["exit"]
+        if not session:
+            os._exit(0)
+        close_worker(worker)
+        worker = start_worker()
+
+    while True:
+        while True:
+            frame = next_frame(max_request)
+            if frame is None:
+                break
+            typ, payload = frame
+            if typ == "R" and call is None:
+                begin(payload)
+            elif typ == "I" and call is not None:
+                # To the main thread only, as Ctrl-C would interrupt it,
+                # which keeps SIGINT blocked while no call's code runs.
+                libc.syscall(234, worker.pid, worker.pid, signal.SIGINT)  # tgkill
+            elif typ == "K" and call is not None:
+                stopped = True
+                kill_all()
+        if worker.status is not None:
+            # Everything it wrote before it ended is in the pipes now.
+            for fd in (worker.out_r, worker.err_r):
+                relay(fd, True)
+            worker_ended()
+            stopped = False
+            continue
+        rl = [0, wake_r] + [fd for fd in (worker.out_r, worker.err_r, worker.st_r) if fd in worker.open]
+        wl = [worker.code_w] if worker.pending else []
+        try:
+            r, w, _ = select.select(rl, wl, [])
+        except InterruptedError:
+            continue
+        if 0 in r and not read_stdin():
+            # The server is gone: so is everything here.
+            kill_all()
+            os._exit(0)
+        if wake_r in r:
+            drain_wake()
+            reap()
+        if w:
+            try:
+                n = os.write(worker.code_w, worker.pending[:1 << 16])
+                worker.pending = worker.pending[n:]
+            except BlockingIOError:
+                pass
+            except OSError:
+                worker.pending = b""
+        for fd in (worker.out_r, worker.err_r):
+            if fd in r:
+                relay(fd, True)
+        if worker.st_r in r:
+            lines = status_lines()
+            bad = lines is None
+            for line in lines or []:
+                try:
+                    msg = json.loads(line)
+                    if msg == {"ready": True} and not worker.ready:
+                        worker.ready = True
+                        continue
+                    seq, code = msg["seq"], msg["exit_code"]
+                    if type(seq) is not int or type(code) is not int or not 0 <= code <= 255 or len(msg) != 2:
+                        raise ValueError
+                except Exception:
+                    bad = True
+                    break
+                if call is not None and seq == call["seq"] and session:
+                    call["end"] = time.monotonic()
+                    for fd in (worker.out_r, worker.err_r):
+                        relay(fd, True)
+                    now = pids() - {worker.pid}
+                    finish(exit=code, background=len(now), new_background=len(now - call["pids"]))
+            if bad:
+                # The code wrote into the worker's status pipe: nothing it
+                # says can be told from the code's own words any more.
+                kill_all()
+                reap()
+                if call is not None:
+                    drain_to_end(1)
+                    finish(restarted="malformed")
+                else:
+                    restarted_before = "the code wrote into pybox's status pipe"
+                close_worker(worker)
+                worker = start_worker()
+                continue
+            if worker.ready and not sent_ready:
+                sent_ready = True
+                emit(0x59)
+
+
+def _pybox_noop(*_):
+    pass
+
+
+def _pybox_clone3_enosys(libc, struct):
+    # One more seccomp filter, for this process and all it starts: clone3
+    # fails with ENOSYS, so glibc falls back to clone, whose flags the
+    # engine's profile can check. The profile says ENOSYS too, but gVisor
+    # turns every errno of a profile into EPERM, on which glibc gives up:
+    # no thread could start. Of two filters' errnos the newest one's wins.
+    ret_allow, ret_errno, enosys = 0x7FFF0000, 0x00050000, 38
+    ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)
+    prog = b"".join([
+        ins(0x20, 0, 0, 4),  # load the architecture
+        ins(0x15, 1, 0, 0xC000003E),  # x86_64
+        ins(0x15, 0, 3, 0xC00000B7),  # aarch64; any other: allow
+        ins(0x20, 0, 0, 0),  # load the system call's number
+        ins(0x15, 0, 1, 435),  # clone3 on both
+        ins(0x06, 0, 0, ret_errno | enosys),
+        ins(0x06, 0, 0, ret_allow),
+    ])
+    import ctypes
+
+    code = ctypes.create_string_buffer(prog)
+    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(prog) // 8, ctypes.addressof(code)))
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which a filter needs
+    libc.prctl(22, 2, fprog, 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
+class _PyboxFlusher:
+    # The code's stdout and stderr are CPython's own streams, block-buffered
+    # as for a pipe (stderr line-buffered, as Python keeps it). While a call
+    # runs, this thread flushes them every `interval` seconds, as a notebook
+    # kernel does (ipykernel's OutStream), so output reaches the server
+    # promptly and a call stopped from outside loses at most the last
+    # interval's. The streams are C objects: a flush from this thread is as
+    # safe, and keeps a thread's output as much in order, as two threads
+    # printing. The thread blocks every signal, so signals reach the code's
+    # threads as without pybox, and it is stopped before every fork and
+    # started again after, in the parent only once the fork has returned,
+    # since Python warns when a process with threads forks.
+
+    def __init__(self, streams, interval):
+        import ctypes
+        import os
+
+        self.streams = streams
+        self.interval = interval
+        self.f = None
+        self.running = False
+        self.caller = None
+        self.pending = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(self.restart)
+        os.register_at_fork(before=self.before_fork, after_in_parent=self.after_parent, after_in_child=self.start)
+
+    def begin(self):
+        self.running = True
+        self.start()
+
+    def end(self):
+        self.running = False
+        self.stop()
+        self.flush()
+
+    def flush(self):
+        for s in self.streams:
+            try:
+                s.flush()
+            except Exception:
+                pass
+
+    def start(self):
+        import _thread
+        import signal
+
+        if self.f is not None or not self.running:
+            return
+        f = {"sleep": _thread.allocate_lock(), "done": _thread.allocate_lock(), "tid": None}
+        f["sleep"].acquire()
+        f["done"].acquire()
+        self.f = f
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            _thread.start_new_thread(self.run, (f,))
+        except RuntimeError:
+            self.f = None  # no thread: output still leaves at 8 KiB and at the end
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def run(self, f):
+        import _thread
+
+        f["tid"] = _thread.get_native_id()
+        try:
+            while not f["sleep"].acquire(timeout=self.interval):
+                self.flush()
+        finally:
+            f["done"].release()
+
+    def stop(self):
+        import os
+        import time
+
+        f, self.f = self.f, None
+        if f is None:
+            return
+        f["sleep"].release()
+        f["done"].acquire(timeout=1)
+        # Its Python part is over; the fork warning counts the kernel's
+        # threads, so wait until this one is gone too.
+        deadline = time.monotonic() + 0.1
+        while f["tid"] is not None and os.path.exists("/proc/self/task/%d" % f["tid"]) and time.monotonic() < deadline:
+            time.sleep(0.0002)
+
+    def before_fork(self):
+        import threading
+
+        self.stop()
+        self.flush()
+        # The frame that calls fork: the flusher starts again once it runs
+        # again, after the warning. A fork from another thread warns anyway.
+        self.caller = sys._getframe(1) if threading.current_thread() is threading.main_thread() else None
+
+    def after_parent(self):
+        import ctypes
+
+        if not self.running:
+            return
+        if self.caller is None:
+            self.start()
+        else:
+            ctypes.pythonapi.Py_AddPendingCall(self.pending, None)
+
+    def restart(self, _):
+        # A pending call, run by the main thread at a bytecode boundary,
+        # which may still be in another at-fork hook: then again later.
+        import ctypes
+
+        top, f = sys._getframe(1), sys._getframe(1)
+        while f is not None and f is not self.caller:
+            f = f.f_back
+        if f is not None and top is not self.caller:
+            ctypes.pythonapi.Py_AddPendingCall(self.pending, None)
+            return 0
+        self.caller = None
+        self.start()
+        return 0
+
+
+def _pybox_streams():
+    # stdout and stderr as the interpreter makes them for pipes.
+    import io
+
+    def make(fd, name, errors, line_buffering):
+        raw = io.FileIO(fd, "w", closefd=False)
+        raw.name = name
+        buf = io.BufferedWriter(raw)
+        return io.TextIOWrapper(buf, encoding="utf-8", errors=errors, line_buffering=line_buffering)
+
+    return make(1, "<stdout>", "strict", False), make(2, "<stderr>", "backslashreplace", True)
 
 
 def _pybox_preimport(names):
-    # Import the common heavy modules ahead of the code, as the worker (so
-    # nothing is owned by another user), with its output thrown away, and
-    # leave no file behind: matplotlib's cache directory is removed once
-    # its font list is in memory, and made again on demand.
+    # Import the common heavy modules ahead of the code, with their output
+    # thrown away, and leave no file behind: matplotlib's cache directory is
+    # removed once its font list is in memory, and made again on demand.
     if not names:
         return
     import os
@@ -329,64 +776,26 @@ def _pybox_preimport(names):
             os.close(fd)
 
 
-def _pybox_drop(libc, uid, gid, PR_CAPBSET_DROP):
-    # Drop every capability from the bounding set, then become uid and gid:
-    # the change of uid from root empties the permitted and effective sets.
-    import os
-
-    last = int(open("/proc/sys/kernel/cap_last_cap").read().strip() or "40")
-    for cap in range(last + 1):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-    if os.getuid() != uid or os.geteuid() != uid or int(status["CapEff"].strip(), 16) != 0:
-        raise RuntimeError("could not drop privileges")
-
-
-def _pybox_worker(code_r, arc_w, st_w, out_max, session):
-    # Runs the user's code as __main__ so that tracebacks, sys.argv,
-    # sys.path and __main__ look as they would for `python3 main.py` in the
-    # working directory; then sends the output files and a status line. In
-    # a session it runs call after call in the same __main__. Nothing of
-    # this function stays reachable from the user's globals.
+def _pybox_worker(code_r, st_w, cfg):
+    # Runs the code as __main__ so that tracebacks, sys.argv, sys.path and
+    # __main__ look as they would for `python3 main.py` in the working
+    # directory. In a session it runs call after call in the same __main__
+    # and reports each call's end on st_w. Nothing of this function stays
+    # reachable from the user's globals.
     import builtins
-    import io
     import json
-    import linecache
     import os
     import signal
+    import struct
     import types
 
-    class _FullWriter(io.RawIOBase):
-        # Unbuffered like python -u, but a write is never left half done:
-        # some runtimes (gVisor) take at most 64 KiB per write to a pipe,
-        # and the -u stream drops the rest silently.
-        def __init__(self, fd):
-            self._fd = fd
-
-        def writable(self):
-            return True
-
-        def fileno(self):
-            return self._fd
-
-        def write(self, b):
-            view = memoryview(b).cast("B")
-            done = 0
-            while done < len(view):
-                done += os.write(self._fd, view[done:])
-            return done
-
-    _FullWriter.__module__ = "io"
-    for name, fd in (("stdout", 1), ("stderr", 2)):
-        old = getattr(sys, name)
-        new = io.TextIOWrapper(_FullWriter(fd), encoding=old.encoding, errors=old.errors, write_through=True)
-        setattr(sys, name, new)
-        setattr(sys, "__%s__" % name, new)
+    session = cfg.get("mode") == "session"
+    _pybox_preimport(cfg.get("preimport") or [])
+    out, err = _pybox_streams()
+    sys.stdout = sys.__stdout__ = out
+    sys.stderr = sys.__stderr__ = err
+    flusher = _PyboxFlusher((out, err), float(cfg.get("flush", 0.05)))
     sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     cwd = os.getcwd()
     main = types.ModuleType("__main__")
@@ -401,18 +810,27 @@ def _pybox_worker(code_r, arc_w, st_w, out_max, session):
         sys.path.insert(0, cwd)
     _pybox_install_backend()
 
-    code_f = os.fdopen(code_r, "rb")
+    def read_exact(n):
+        buf = b""
+        while len(buf) < n:
+            data = os.read(code_r, n - len(buf))
+            if not data:
+                os._exit(0)
+            buf += data
+        return buf
+
+    # SIGINT (a session's interrupt) is blocked but while the code runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    os.write(st_w, b'{"ready": true}\n')
+    if not session:
+        os.close(st_w)
     call = 0
     while True:
-        try:
-            line = code_f.readline()
-        except KeyboardInterrupt:
-            continue  # an interrupt that came too late for the last call
-        if not line:
-            os._exit(0)
+        seq, n = struct.unpack("<II", read_exact(8))
+        source = read_exact(n).decode("utf-8", "surrogateescape")
         call += 1
-        before = _pybox_snapshot() if session else {}
-        exit_code = _pybox_run_one(main, json.loads(line)["code"], "main.py" if call == 1 else "main_%d.py" % call)
+        flusher.begin()
+        exit_code = _pybox_run_one(main, source, call, session)
         if not session:
             try:
                 import threading
@@ -428,51 +846,110 @@ def _pybox_worker(code_r, arc_w, st_w, out_max, session):
                 atexit._run_exitfuncs()
             except BaseException:
                 pass
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        status = _pybox_send_outputs(arc_w, out_max, before)
-        status["exit_code"] = exit_code
-        os.write(st_w, json.dumps(status).encode() + b"\n")
+        flusher.end()
         if not session:
             os._exit(exit_code)
+        os.write(st_w, json.dumps({"seq": seq, "exit_code": exit_code}).encode() + b"\n")
 
 
-def _pybox_run_one(main, source, filename):
+# The code objects of each session call, by id, with that call's source
+# lines, so a traceback through a function of an earlier call shows that
+# call's line, not the newest call's.
+_pybox_sources = {}
+
+
+def _pybox_run_one(main, source, call, session):
     # Runs one call's code in main's namespace and returns its exit code.
     import linecache
 
+    filename = "main.py"
     lines = source.splitlines(True)
     # mtime None keeps linecache.checkcache from dropping the entry, so
     # tracebacks show the user's source lines without a file on disk.
     linecache.cache[filename] = (len(source), None, lines, filename)
     try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        # As Python reports a syntax error in a script: no traceback
+        # header, no frame of ours.
+        exc.__traceback__ = None
+        sys.excepthook(type(exc), exc, None)
+        return 1
+    if session:
+        stack = [code]
+        while stack:
+            c = stack.pop()
+            _pybox_sources[id(c)] = (c, call, lines)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_code"))
+    del source
+    try:
         try:
-            code = compile(source, filename, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            # As Python reports a syntax error in a script: no traceback
-            # header, no frame of ours.
-            exc.__traceback__ = None
-            sys.excepthook(type(exc), exc, None)
-            return 1
-        del source, lines
-        try:
+            _pybox_allow_interrupts(True)
             exec(code, main.__dict__)
-        except SystemExit as exc:
-            return _pybox_exit_code(exc)
-        except BaseException as exc:
-            tb = exc.__traceback__
-            # Drop this runner's own frame: the first is always ours.
-            if tb is not None and tb.tb_frame.f_code is _pybox_run_one.__code__:
-                tb = tb.tb_next
-            exc.__traceback__ = tb
-            sys.excepthook(type(exc), exc, tb)
-            return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        finally:
+            _pybox_allow_interrupts(False)
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except SystemExit as exc:
+        return _pybox_exit_code(exc)
+    except BaseException as exc:
+        tb = exc.__traceback__
+        # Drop this runner's own frame: the first is always ours.
+        if tb is not None and tb.tb_frame.f_code is _pybox_run_one.__code__:
+            tb = tb.tb_next
+        exc.__traceback__ = tb
+        try:
+            _pybox_report(exc, call)
+        except BaseException:
+            pass
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def _pybox_allow_interrupts(on):
+    # Unblocks SIGINT for the code's run, dropping one that came for an
+    # earlier call; blocks it again after, and lets a SIGINT that came just
+    # then raise here, inside the call, rather than in the runner's loop.
+    import signal
+
+    if on:
+        if signal.SIGINT in signal.sigpending():
+            handler = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards the pending one
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.signal(signal.SIGINT, handler if handler is not None else signal.default_int_handler)
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    else:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        _pybox_noop()  # a Python call: pending handlers run here
+
+
+def _pybox_report(exc, call):
+    # An uncaught exception, as sys.excepthook reports it; when its
+    # traceback passes through code of an earlier session call, that call's
+    # source lines are shown for its frames.
+    if sys.excepthook is not sys.__excepthook__ or not _pybox_sources:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return
+    try:
+        import traceback
+
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True, lookup_lines=False)
+        todo, seen = [te], set()
+        while todo:
+            t = todo.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            for fs in t.stack:
+                src = _pybox_sources.get(id(getattr(fs, "_code", None)))
+                if src is not None and src[1] != call and fs.lineno is not None:
+                    end = fs.end_lineno or fs.lineno
+                    fs._lines = "".join(src[2][fs.lineno - 1:end]) or None
+            todo.extend(x for x in (t.__cause__, t.__context__) if x is not None)
+            todo.extend(t.exceptions or ())
+        sys.stderr.write("".join(te.format()))
+    except Exception:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
 
 
 def _pybox_exit_code(exc):
@@ -546,74 +1023,4 @@ def _pybox_save_figures():
             pass
 
 
-def _pybox_snapshot():
-    # The size and modification time of each file under /mnt/outputs.
-    import os
-
-    seen = {}
-    for dirpath, _, filenames in os.walk("/mnt/outputs", followlinks=False):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-                seen[path] = (st.st_size, st.st_mtime_ns)
-            except OSError:
-                pass
-    return seen
-
-
-def _pybox_send_outputs(arc_w, out_max, before):
-    # Send the regular files under /mnt/outputs as a tar stream, within the
-    # size budget; symlinks and other special files are left out and named.
-    import io
-    import os
-    import stat
-    import tarfile
-
-    root = "/mnt/outputs"
-    skipped = []
-    count = 0
-    total = 0
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames.sort()
-            for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if before.get(path) == (st.st_size, st.st_mtime_ns):
-                    continue  # unchanged since an earlier call of the session
-                if not stat.S_ISREG(st.st_mode):
-                    skipped.append({"path": rel, "why": "not a regular file"})
-                    continue
-                count += 1
-                if count > 1000 or total + st.st_size > out_max:
-                    skipped.append({"path": rel, "why": "over the size or count budget", "size": st.st_size})
-                    continue
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-                    with os.fdopen(fd, "rb") as f:
-                        data = f.read(out_max - total + 1)
-                except OSError as exc:
-                    skipped.append({"path": rel, "why": "unreadable: %s" % exc.strerror})
-                    continue
-                if total + len(data) > out_max:
-                    skipped.append({"path": rel, "why": "over the size budget"})
-                    continue
-                info = tarfile.TarInfo(rel)
-                info.size = len(data)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
-                total += len(data)
-    data = buf.getvalue()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(arc_w, view):]
-    return {"skipped": skipped[:100], "skipped_count": len(skipped), "archive": len(data)}
-
-
-_pybox_supervisor()
+_pybox_supervise()

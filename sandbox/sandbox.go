@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,9 @@ const (
 	ErrSandboxUnavailable ErrorKind = "sandbox_unavailable"
 	ErrTooManyRequests    ErrorKind = "too_many_requests"
 	ErrSessionExpired     ErrorKind = "session_expired"
+	// ErrSandboxLost: the sandbox was killed by something other than
+	// pybox's own limits (the engine, its shutdown, an operator).
+	ErrSandboxLost ErrorKind = "sandbox_lost"
 	// ErrCancelled: the caller went away or the server is shutting down.
 	ErrCancelled ErrorKind = "cancelled"
 )
@@ -55,12 +57,13 @@ var errClosed = errors.New("sandbox is shutting down")
 type Request struct {
 	// Code is the Python source, run as the main module.
 	Code string
-	// Timeout is the wall-clock limit; 0 means [DefaultTimeout].
+	// Timeout bounds the whole call, from its arrival: waiting for a slot
+	// or for a session's earlier call, starting a sandbox and running the
+	// code. 0 means [DefaultTimeout].
 	Timeout time.Duration
 	// CallID labels the container and the logs; "" makes one up.
 	CallID string
-	// Files are written under /mnt/user-data before the code runs,
-	// read-only to it.
+	// Files are written under /mnt/user-data before the code runs.
 	Files []InputFile
 }
 
@@ -72,13 +75,13 @@ type InputFile struct {
 }
 
 // Result is what happened. It is data, never a Go error: every path, from
-// a clean exit to a dead engine, fills the same fields.
+// a clean exit to a dead engine, fills the same fields. Stdout and Stderr
+// are redacted by [Options.Redact].
 type Result struct {
 	Stdout   string
 	Stderr   string
 	ExitCode int
-	// Duration is the wall clock of the code's run, from the moment the
-	// code was handed over.
+	// Duration is the wall clock of the code's run.
 	Duration time.Duration
 	Error    ErrorKind
 	// Truncated is true when a stream passed the output limit.
@@ -87,30 +90,55 @@ type Result struct {
 	StdoutBytes, StderrBytes int64
 	// Cause is the internal error behind Error, for the log only.
 	Cause error
-	// ContainerID is the container that ran the code, if one was made.
-	ContainerID string
 	// Files are the files the code left under /mnt/outputs.
 	Files []OutputFile
-	// FileNotes say which output files were left out and why.
-	FileNotes []string
+}
+
+// OutputFile is a file the code left under /mnt/outputs.
+type OutputFile struct {
+	// Path is relative to /mnt/outputs.
+	Path string
+	Data []byte
+}
+
+// outputLimits bound what comes back from /mnt/outputs.
+type outputLimits struct {
+	files     int
+	fileBytes int
+	total     int
 }
 
 // Sandbox runs code in throwaway containers. It is safe for concurrent use.
 type Sandbox struct {
 	opt   resolved
-	eng   engine
-	log   zerolog.Logger
-	owner string
-	lim   *limiter
+	ctr   containers
+	lst   lister
+	probe prober
+	imp   importer
+	// closeEngine releases what the engine client holds; nil for none.
+	closeEngine func() error
+	log         zerolog.Logger
+	owner       string
+	lim         *limiter
+	uids        *uidPool
 
 	stop     chan struct{}
 	stopOnce sync.Once
-	runs     sync.WaitGroup
+	work     inflight // calls and removals under way
 
 	mu     sync.Mutex
 	active map[string]struct{} // container ids alive now
 
 	pool *pool
+}
+
+// engineParts are the engine as each part of the package uses it.
+type engineParts struct {
+	ctr   containers
+	lst   lister
+	probe prober
+	imp   importer
+	close func() error
 }
 
 // New returns a Sandbox that talks to the Docker engine configured by the
@@ -121,216 +149,172 @@ func New(opt Options, log zerolog.Logger) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSandbox(opt, eng, log)
+	return newSandbox(opt, engineParts{ctr: eng, lst: eng, probe: eng, imp: eng, close: eng.Close}, log)
 }
 
-func newSandbox(opt Options, eng engine, log zerolog.Logger) (*Sandbox, error) {
+func newSandbox(opt Options, eng engineParts, log zerolog.Logger) (*Sandbox, error) {
 	r, err := opt.resolve()
 	if err != nil {
 		return nil, err
 	}
 	s := &Sandbox{
-		opt:    r,
-		eng:    eng,
-		log:    log,
-		owner:  ownerID(),
-		lim:    newLimiter(r.MaxConcurrent, r.MaxQueue, r.QueueTimeout),
-		stop:   make(chan struct{}),
-		active: map[string]struct{}{},
+		opt:         r,
+		ctr:         eng.ctr,
+		lst:         eng.lst,
+		probe:       eng.probe,
+		imp:         eng.imp,
+		closeEngine: eng.close,
+		log:         log,
+		owner:       ownerID(),
+		lim:         newLimiter(r.MaxConcurrent, r.MaxQueue, r.QueueTimeout),
+		uids:        newUIDPool(r.fixedUser, r.UIDBase, r.UIDCount),
+		stop:        make(chan struct{}),
+		active:      map[string]struct{}{},
 	}
 	s.startPool()
 	return s, nil
 }
 
-// Owner is the value of the [LabelOwner] label on this server's containers.
-func (s *Sandbox) Owner() string { return s.owner }
-
 // Image is the image the sandbox runs.
 func (s *Sandbox) Image() string { return s.opt.Image }
 
 // EngineHost is where the Docker client looks for the engine.
-func (s *Sandbox) EngineHost() string { return s.eng.Host() }
+func (s *Sandbox) EngineHost() string { return s.ctr.Host() }
 
 // Stats reports the calls running and waiting, and the most that ran at once.
 func (s *Sandbox) Stats() (running, waiting, peak int) { return s.lim.stats() }
 
-// Run runs req's code in a fresh container and destroys it. It always
-// returns a complete Result. When ctx ends (the client cancelled) the
-// container is killed and removed and the Result's Error is [ErrCancelled].
+// Run runs req's code in a fresh container (a pooled one when the pool has
+// one ready) and destroys it. It always returns a complete Result. When
+// ctx ends (the client cancelled) the code is stopped and the Result's
+// Error is [ErrCancelled].
 func (s *Sandbox) Run(ctx context.Context, req Request) Result {
-	start := time.Now()
+	return s.do(ctx, req, nil)
+}
+
+func failure(kind ErrorKind, cause error, msg string) Result {
+	return Result{Stderr: msg + "\n", ExitCode: ExitNotRun, Error: kind, Cause: cause}
+}
+
+// do is the one path of every call, in a fresh, pooled or session sandbox:
+// acquiring the sandbox is the only difference. The call's deadline runs
+// from its arrival, and every wait counts against it.
+func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
+	arrival := time.Now()
 	if req.CallID == "" {
 		req.CallID = NewID()
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultTimeout
 	}
-	select {
-	case <-s.stop:
-		return failure(ErrCancelled, errClosed, "pybox: the server is shutting down; the code did not run.")
-	default:
-	}
+	deadline := arrival.Add(req.Timeout)
 	if err := s.checkFiles(req.Files); err != nil {
-		return failure(ErrInvalidInput, err, "pybox: invalid input: "+err.Error())
+		return s.said(failure(ErrInvalidInput, err, "pybox: invalid input: "+err.Error()))
 	}
-	s.runs.Add(1)
-	defer s.runs.Done()
+	if !s.work.enter() {
+		return failure(ErrCancelled, errClosed, "pybox: the server is shutting down; the code did not run.")
+	}
+	defer s.work.leave()
 
-	if err := s.lim.acquire(ctx, s.stop); err != nil {
-		switch {
-		case errors.Is(err, errBusy):
-			running, waiting, _ := s.lim.stats()
-			return failure(ErrTooManyRequests, err, fmt.Sprintf(
-				"pybox: too many calls at once (%d running, %d waiting; at most %d run together and %d wait, for up to %s). The code did not run; try again shortly.",
-				running, waiting, s.opt.MaxConcurrent, s.opt.MaxQueue, s.opt.QueueTimeout))
-		default:
-			return failure(ErrCancelled, err, "pybox: the call was cancelled before it ran.")
+	var b *box
+	if se != nil {
+		if res, ok := se.take(ctx, s.stop, deadline); !ok {
+			return s.said(res)
 		}
+		defer se.give()
+		b = se.b
 	}
-	res := s.run(ctx, req)
-	if res.Duration == 0 && res.Error != ErrNone {
-		res.Duration = time.Since(start)
+	if err := s.lim.acquire(ctx, s.stop, deadline); err != nil {
+		return s.said(s.notRun(err, se != nil, time.Since(arrival)))
 	}
-	return res
-}
-
-func failure(kind ErrorKind, cause error, msg string) Result {
-	return Result{Stderr: msg, ExitCode: ExitNotRun, Error: kind, Cause: cause}
-}
-
-// run does one call once it holds a slot, and gives the slot back when the
-// call's container is gone.
-func (s *Sandbox) run(ctx context.Context, req Request) (res Result) {
-	w := s.takeWarm()
-	if w == nil {
+	if b == nil {
+		b = s.takeWarm()
+	}
+	if b == nil {
 		var fail *Result
-		if w, fail = s.prepare(ctx, req.CallID, false); fail != nil {
+		if b, fail = s.startBox(ctx, modeOnce, req.CallID, false, deadline); fail != nil {
 			s.lim.release()
-			return *fail
+			return s.said(*fail)
 		}
 	}
-	res = s.execute(ctx, w, req)
+	res := s.exec(ctx, b, req, deadline, arrival, se)
+	if se != nil {
+		s.lim.release()
+		if !b.conn.alive() {
+			se.end(ctx, "its sandbox stopped")
+			res.Stderr = appendNote(res.Stderr, "pybox: the session's sandbox has stopped, so the session has ended; start a new one with session_id \"new\".")
+		}
+		return res
+	}
 	// The result does not wait for the container's removal; the slot does,
 	// so no more than MaxConcurrent call containers ever exist at once.
-	s.runs.Add(1)
-	go func() {
-		defer s.runs.Done()
-		defer s.lim.release()
-		w.st.Close()
-		s.remove(context.WithoutCancel(ctx), w.id)
-	}()
+	if s.work.enter() {
+		go func() {
+			defer s.work.leave()
+			defer s.lim.release()
+			s.destroy(context.WithoutCancel(ctx), b)
+		}()
+	} else {
+		s.lim.release()
+		s.destroy(context.WithoutCancel(ctx), b)
+	}
 	return res
 }
 
-// warm is a started sandbox waiting for one call's code.
-type warm struct {
-	id     string
-	st     stream
-	dm     *demux
-	copied chan error
-	born   time.Time
-	// light sandboxes were made without the pre-imports, under load.
-	light bool
+// notRun is the result of a call that got no slot.
+func (s *Sandbox) notRun(err error, session bool, waited time.Duration) Result {
+	switch {
+	case errors.Is(err, errBusy):
+		running, waiting, _ := s.lim.stats()
+		return failure(ErrTooManyRequests, err, fmt.Sprintf(
+			"pybox: too many calls at once (%d running, %d waiting; at most %d run together and %d wait); this call waited %s and the code did not run. Try again shortly.",
+			running, waiting, s.opt.MaxConcurrent, s.opt.MaxQueue, waited.Round(time.Millisecond)))
+	case errors.Is(err, errDeadline):
+		return failure(ErrTooManyRequests, err, fmt.Sprintf(
+			"pybox: the call's whole timeout (%s) passed while it waited for a free sandbox slot, so the code did not run. Try again shortly, or with a longer timeout.",
+			waited.Round(time.Millisecond)))
+	default:
+		return failure(ErrCancelled, err, "pybox: the call was cancelled before it ran.")
+	}
 }
 
-// prepare makes a started sandbox. With wait, it returns once the sandbox
-// is ready for code (its modules imported); otherwise at once.
-func (s *Sandbox) prepare(ctx context.Context, callID string, wait bool) (*warm, *Result) {
-	return s.prepareSandbox(ctx, callID, wait, wait)
-}
-
-func (s *Sandbox) prepareSandbox(ctx context.Context, callID string, wait, preimport bool) (*warm, *Result) {
-	spec := s.containerSpec(callID)
-	if preimport && len(s.opt.PreImport) > 0 {
-		spec.Env = append(spec.Env, "PYBOX_PREIMPORT="+strings.Join(s.opt.PreImport, ","))
-	}
-	fail := func(r Result) (*warm, *Result) { return nil, &r }
-	cctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
-	id, err := s.eng.Create(cctx, spec)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			// The engine may have made it after we stopped waiting.
-			s.removeByCall(ctx, callID)
-			return fail(failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled before it ran."))
-		}
-		return fail(s.engineFailure(ctx, err))
-	}
-	s.track(id)
-	undo := func(r Result) (*warm, *Result) {
-		s.remove(ctx, id)
-		return fail(r)
-	}
-	lctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
-	st, dm, copied, err := s.launch(lctx, id)
-	cancel()
-	if err != nil {
-		return undo(s.engineFailure(ctx, err))
-	}
-	w := &warm{id: id, st: st, dm: dm, copied: copied, born: time.Now(), light: !preimport}
-	if wait {
-		select {
-		case <-w.dm.ready:
-		case <-w.copied:
-			return undo(failure(ErrSandboxUnavailable, errors.New("the sandbox stopped while it prepared"), "pybox: a sandbox stopped while it prepared."))
-		case <-time.After(2 * engineCallTimeout):
-			st.Close()
-			return undo(failure(ErrSandboxUnavailable, errors.New("the sandbox was not ready in time"), "pybox: a sandbox was not ready in time."))
-		}
-	}
-	return w, nil
-}
-
-// launch starts a created container with its streams read by a new demux,
-// and tells the runner it may begin: it writes nothing before that line.
-func (s *Sandbox) launch(ctx context.Context, id string) (stream, *demux, chan error, error) {
-	st, err := s.eng.Launch(ctx, id)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	dm := s.newDemux()
-	copied := make(chan error, 1)
-	go func() { copied <- st.Demux(dm.Stdout(), dm.Stderr()) }()
-	if _, err := st.Stdin().Write([]byte("{\"op\": \"attached\"}\n")); err != nil {
-		st.Close()
-		return nil, nil, nil, err
-	}
-	return st, dm, copied, nil
-}
-
-// execute runs one call's code in a started sandbox.
-func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result) {
-	id, st, dm, copied := w.id, w.st, w.dm, w.copied
-	res.ContainerID = id
-	payload, err := encodeRequest(req)
+// exec runs one call in a started sandbox and shapes its result.
+func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time, se *Session) Result {
+	b.seq++
+	out := newCallOut(b.seq, s.opt.OutputLimit, s.opt.Redact)
+	frame, err := encodeRun(b.seq, req)
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
 	}
+	if err := b.conn.begin(out); err != nil {
+		return failure(ErrSandboxUnavailable, err, "pybox: "+err.Error())
+	}
 	handover := time.Now()
-	go func() {
-		// A container that died at once stops reading; Close unblocks us.
-		if _, err := st.Stdin().Write(payload); err == nil {
-			_ = st.CloseStdin()
-		}
-	}()
+	if err := b.conn.sendRaw(frame); err != nil {
+		b.conn.close(fmt.Errorf("writing the call to the sandbox: %w", err))
+	}
+	reason := s.await(ctx, b, out, deadline, se != nil)
+	return s.outcome(ctx, b, out, reason, req, handover.Sub(arrival), time.Since(handover))
+}
 
-	timer := time.NewTimer(req.Timeout)
+// Graces after asking a call to stop.
+const (
+	// stopGrace is how long the runner may take to stop the code and send
+	// what it printed after a stop frame.
+	stopGrace = 2 * time.Second
+)
+
+// await waits for the call's end, or stops it at its deadline, on
+// cancellation or at shutdown, and says which.
+func (s *Sandbox) await(ctx context.Context, b *box, out *callOut, deadline time.Time, session bool) ErrorKind {
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var reason ErrorKind
-	var call *callOut
 	select {
-	case call = <-dm.done:
-		// Both streams ended with the supervisor's marker: the call is
-		// complete, whether or not the container has gone yet.
-	case err := <-copied:
-		if err != nil {
-			select {
-			case call = <-dm.done:
-			default:
-				s.log.Warn().Str("call", req.CallID).Err(err).Msg("reading the sandbox's output failed")
-				return failure(ErrSandboxUnavailable, err, "pybox: the connection to the sandbox's output broke ("+err.Error()+"); the code may not have run. Try again.")
-			}
-		}
+	case <-out.done:
+		return ErrNone
+	case <-b.conn.closed:
+		return ErrNone
 	case <-timer.C:
 		reason = ErrTimeout
 	case <-ctx.Done():
@@ -338,117 +322,225 @@ func (s *Sandbox) execute(ctx context.Context, w *warm, req Request) (res Result
 	case <-s.stop:
 		reason = ErrCancelled
 	}
-	res.Duration = time.Since(handover)
-
-	if reason != ErrNone {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
-		if err := s.eng.Kill(kctx, id); err != nil {
-			s.log.Warn().Str("call", req.CallID).Err(err).Msg("killing container failed")
-		}
-		cancel()
-		// Output written before the kill may still be in flight.
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
 		select {
-		case <-copied:
-		case <-time.After(killGrace):
-			st.Close()
+		case <-out.done:
+			return true
+		case <-b.conn.closed:
+			return true
+		case <-t.C:
+			return false
 		}
 	}
+	if session {
+		// As Ctrl-C would: the code gets KeyboardInterrupt and a grace to stop.
+		if b.conn.send(frameInterrupt, nil) == nil && wait(sessionGrace) {
+			return reason
+		}
+	}
+	if b.conn.send(frameStop, nil) == nil && wait(stopGrace) {
+		return reason
+	}
+	// The runner does not answer (stopped, or stalled with its engine).
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
+	if err := s.ctr.Kill(kctx, b.id); err != nil {
+		s.log.Warn().Str("container", shortID(b.id)).Err(err).Msg("killing a sandbox that did not stop failed")
+	}
+	cancel()
+	if !wait(killGrace) {
+		b.conn.close(errors.New("the sandbox did not stop"))
+	}
+	return reason
+}
 
-	if call == nil {
-		dm.release()
-		select {
-		case call = <-dm.done:
+// outcome turns what came back from the runner into the call's Result.
+func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason ErrorKind, req Request, waited, elapsed time.Duration) Result {
+	select {
+	case <-out.done:
+	default:
+		// The stream ended or was closed: let the reader finish with this
+		// call's output before it is read.
+		b.conn.readerDone()
+	}
+	r, files, refused := b.conn.collected(out)
+	res := Result{Files: files}
+	res.Stdout, res.Truncated = out.stdout.Text()
+	var errTrunc bool
+	res.Stderr, errTrunc = out.stderr.Text()
+	res.Truncated = res.Truncated || errTrunc
+	res.StdoutBytes, res.StderrBytes = out.stdout.Total(), out.stderr.Total()
+	res.Duration = elapsed
+	note := func(format string, a ...any) {
+		res.Stderr = appendNote(res.Stderr, s.redact(fmt.Sprintf(format, a...)))
+	}
+
+	if r != nil {
+		res.Duration = min(elapsed, time.Duration(r.Ran*float64(time.Second)))
+		if r.RestartedBefore != "" {
+			res.Stderr = appendNote("", s.redact(fmt.Sprintf("pybox: the session's Python process had ended since the last call (%s) and was restarted: variables and imports of earlier calls are gone; files are kept.", r.RestartedBefore))) + res.Stderr
+		}
+		if r.InputError != "" {
+			res.Stderr = ""
+			res.Files = nil
+			res.Duration = 0
+			res.ExitCode, res.Error = ExitNotRun, ErrInvalidInput
+			note("pybox: the input files could not be written (%s), so the code did not run. Files of earlier calls of a session stay under /mnt/user-data until removed (os.remove) or replaced.", r.InputError)
+			return res
+		}
+		switch {
+		case r.Exit != nil:
+			res.ExitCode = *r.Exit
+		case r.Signal > 0:
+			res.ExitCode = 128 + r.Signal
 		default:
-			call = dm.current()
+			res.ExitCode = ExitInternal
+		}
+		if r.Signal == 9 && r.OOMKills != nil && *r.OOMKills > 0 && !r.Stopped {
+			res.ExitCode, res.Error = ExitKilled, ErrMemoryLimit
+			note("pybox: the code was killed for using more than its %d MiB memory limit.", s.opt.MemoryBytes>>20)
 		}
 	}
-	tr := call.trailer
-	s.collect(call, &res)
-
 	switch reason {
 	case ErrTimeout:
-		res.ExitCode = ExitTimeout
-		res.Error = ErrTimeout
-		res.Stderr = appendNote(res.Stderr, fmt.Sprintf(
-			"pybox: the code was stopped after its %s timeout; stdout and stderr hold what it printed before that.", req.Timeout))
-		return res
+		res.ExitCode, res.Error = ExitTimeout, ErrTimeout
+		msg := fmt.Sprintf("pybox: the code was stopped after its %s timeout; stdout and stderr hold what it printed before that.", req.Timeout)
+		if r != nil && r.Restarted == "" && r.Exit != nil && b.mode == modeSession {
+			msg = fmt.Sprintf("pybox: the code was interrupted, as Ctrl-C would, after its %s timeout; the session goes on. stdout and stderr hold what it printed before that.", req.Timeout)
+		}
+		if waited >= 100*time.Millisecond {
+			msg += fmt.Sprintf(" The timeout counts the whole call: it waited %s before the code started.", waited.Round(time.Millisecond))
+		}
+		note("%s", msg)
 	case ErrCancelled:
-		res.ExitCode = ExitNotRun
-		res.Error = ErrCancelled
+		res.ExitCode, res.Error = ExitNotRun, ErrCancelled
 		res.Cause = context.Cause(ctx)
-		return res
 	}
-
-	noteFiles(&res)
-	if tr != nil && tr.ExitCode != nil && *tr.ExitCode != ExitKilled {
-		// The supervisor's word is enough; no engine call on the fast path.
-		res.ExitCode = *tr.ExitCode
-		return res
+	if r == nil && reason == ErrNone {
+		if b.dying.Load() {
+			res.ExitCode, res.Error = ExitNotRun, ErrCancelled
+			note("pybox: the sandbox was closed while the code ran (its session was ended, or the server is stopping).")
+		} else {
+			s.lost(ctx, b, &res)
+		}
 	}
-	// The code died by a signal or the container ended without a trailer:
-	// the engine says whether memory killed it.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
-	defer cancel()
-	code, werr := s.eng.Wait(wctx, id)
-	state, ierr := s.eng.Inspect(wctx, id)
-	switch {
-	case ierr == nil:
-		res.ExitCode = state.ExitCode
-	case werr == nil:
-		res.ExitCode = code
-	default:
-		return s.engineFailure(ctx, errors.Join(werr, ierr))
+	if r != nil {
+		for _, f := range r.Skipped {
+			refused = append(refused, fmt.Sprintf("%s left out: %s", f.Path, f.Why))
+		}
+		if extra := r.SkippedCount - len(r.Skipped); extra > 0 {
+			refused = append(refused, fmt.Sprintf("%d more output files left out", extra))
+		}
 	}
-	oom := state.OOMKilled || tr.memoryKilled()
-	if tr != nil && tr.ExitCode != nil && !oom {
-		res.ExitCode = *tr.ExitCode
+	if len(refused) > 0 {
+		note("pybox: %s.", strings.Join(refused, "; "))
 	}
-	if oom || (res.ExitCode == ExitKilled && s.opt.Runtime == "runsc") {
-		res.ExitCode = ExitKilled
-		res.Error = ErrMemoryLimit
-		res.Stderr = appendNote(res.Stderr, fmt.Sprintf(
-			"pybox: the code was killed for using more than its %d MiB memory limit.", s.opt.MemoryBytes>>20))
+	if r != nil {
+		s.noteProcesses(&res, r, b.mode == modeSession)
 	}
 	return res
 }
 
-// newDemux makes the reader of a container's streams, one capped and
-// redacted pair of writers per call.
-func (s *Sandbox) newDemux() *demux {
-	return newDemux(s.opt.MaxOutputBytes+(1<<20), func() *callOut {
-		return &callOut{stdout: newCapWriter(s.opt.OutputLimit, s.opt.Redact), stderr: newCapWriter(s.opt.OutputLimit, s.opt.Redact)}
-	})
-}
-
-func (s *Sandbox) outputLimits() outputLimits {
-	return outputLimits{files: s.opt.MaxOutputFiles, fileBytes: s.opt.MaxOutputFileBytes, total: s.opt.MaxOutputBytes}
-}
-
-// encodeRequest is the runner's request line for one call.
-func encodeRequest(req Request) ([]byte, error) {
-	files := make([]map[string]any, 0, len(req.Files))
-	for _, f := range req.Files {
-		files = append(files, map[string]any{"path": f.Path, "data": f.Data})
+// noteProcesses says what became of the processes the code left behind,
+// and of a session's Python process.
+func (s *Sandbox) noteProcesses(res *Result, r *report, session bool) {
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		if strings.Contains(many, "%d") {
+			return fmt.Sprintf(many, n)
+		}
+		return many
 	}
-	payload, err := json.Marshal(map[string]any{"code": req.Code, "files": files})
-	return append(payload, '\n'), err
-}
-
-// collect puts a call's output, as kept, redacted and checked, in res.
-func (s *Sandbox) collect(call *callOut, res *Result) {
-	res.Files, res.FileNotes = call.files(s.outputLimits())
-	res.Stdout, res.Truncated = call.stdout.Text()
-	var errTrunc bool
-	res.Stderr, errTrunc = call.stderr.Text()
-	res.Truncated = res.Truncated || errTrunc
-	res.StdoutBytes, res.StderrBytes = call.stdout.Total(), call.stderr.Total()
-}
-
-// noteFiles says in stderr which output files were left out.
-func noteFiles(res *Result) {
-	if len(res.FileNotes) > 0 {
-		res.Stderr = appendNote(res.Stderr, "pybox: "+strings.Join(res.FileNotes, "; ")+".")
+	if r.Left > 0 {
+		res.Stderr = appendNote(res.Stderr, "pybox: the code left "+plural(r.Left, "a process running; the call ended when its main program did, and the process was stopped.", "%d processes running; the call ended when its main program did, and they were stopped."))
 	}
+	if session && r.NewBackground > 0 {
+		res.Stderr = appendNote(res.Stderr, "pybox: "+plural(r.NewBackground, "a process", "%d processes")+" the code started "+plural(r.NewBackground, "is", "are")+" still running in this session; the call ended with its main program (background processes keep running between calls, as in a notebook).")
+	}
+	switch r.Restarted {
+	case "exited":
+		if res.Error == ErrMemoryLimit {
+			res.Stderr = appendNote(res.Stderr, "pybox: the session's Python process was restarted: variables and imports of earlier calls are gone; files are kept.")
+		} else {
+			how := fmt.Sprintf("exit status %d", res.ExitCode)
+			if r.Signal > 0 {
+				how = fmt.Sprintf("signal %d", r.Signal)
+			}
+			res.Stderr = appendNote(res.Stderr, "pybox: the session's Python process ended ("+how+") and was restarted: variables and imports of earlier calls are gone; files are kept.")
+		}
+	case "stopped":
+		res.Stderr = appendNote(res.Stderr, "pybox: the code did not stop when interrupted, so the session's Python process was restarted: variables and imports of earlier calls are gone; files are kept.")
+	case "malformed":
+		res.Stderr = appendNote(res.Stderr, "pybox: the code wrote into pybox's status pipe, so its report could not be trusted and the session's Python process was restarted: variables and imports of earlier calls are gone; files are kept.")
+	}
+}
+
+// lost says, from the engine, why a sandbox's runner went away in the
+// middle of a call.
+func (s *Sandbox) lost(ctx context.Context, b *box, res *Result) {
+	note := func(format string, a ...any) {
+		res.Stderr = appendNote(res.Stderr, s.redact(fmt.Sprintf(format, a...)))
+	}
+	cerr := b.conn.Err()
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
+	defer cancel()
+	if errors.Is(cerr, errProtocol) {
+		_ = s.ctr.Kill(ictx, b.id)
+		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, cerr
+		note("pybox: the sandbox's output broke pybox's protocol, so it was stopped; stdout and stderr hold what came before.")
+		return
+	}
+	wctx, wcancel := context.WithTimeout(ictx, killGrace)
+	_, _ = s.ctr.Wait(wctx, b.id)
+	wcancel()
+	st, err := s.ctr.Inspect(ictx, b.id)
+	switch {
+	case errors.Is(err, errGone) || err == nil && st.Removing:
+		res.ExitCode, res.Error, res.Cause = ExitKilled, ErrSandboxLost, err
+		note("pybox: the sandbox's container was removed by something other than pybox (`docker rm -f`, say) while the code ran; stdout and stderr hold what came before.")
+		return
+	case err != nil:
+		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, errors.Join(cerr, err)
+		note("pybox: the connection to the sandbox broke and the engine at %s did not say why (%s); stdout and stderr hold what came before.", s.ctr.Host(), clip(err.Error(), 300))
+		return
+	case st.OOMKilled:
+		res.ExitCode, res.Error = ExitKilled, ErrMemoryLimit
+		note("pybox: the code was killed for using more than its %d MiB memory limit.", s.opt.MemoryBytes>>20)
+		return
+	}
+	res.ExitCode = st.ExitCode
+	sigs, kerr := s.ctr.KillSignals(ictx, b.id, b.started)
+	switch {
+	case len(sigs) > 0:
+		res.Error, res.Cause = ErrSandboxLost, cerr
+		note("pybox: the sandbox was killed from outside pybox (signal %d, as `docker kill` sends) while the code ran; stdout and stderr hold what came before.", sigs[0])
+	case kerr == nil && st.ExitCode > 128:
+		// Nothing outside asked for it: the code itself killed the
+		// sandbox's runner, which gVisor lets it do (runc does not).
+		note("pybox: the code killed the sandbox's runner (signal %d), which ended the sandbox; stdout and stderr hold what it printed before.", st.ExitCode-128)
+	default:
+		res.Error, res.Cause = ErrSandboxLost, errors.Join(cerr, kerr)
+		s.log.Warn().Str("container", shortID(b.id)).Int("exit_code", st.ExitCode).Str("runner_stderr", s.redact(b.conn.diagText())).Msg("a sandbox's runner stopped in the middle of a call")
+		note("pybox: the sandbox's runner stopped (exit status %d) in the middle of the call; stdout and stderr hold what came before.", st.ExitCode)
+	}
+}
+
+// said redacts the message of a result that holds no output of the code,
+// only pybox's own words (which may quote an engine's error).
+func (s *Sandbox) said(res Result) Result {
+	res.Stderr = s.redact(res.Stderr)
+	return res
+}
+
+// redact applies the redactor to a message of pybox's own.
+func (s *Sandbox) redact(msg string) string {
+	if s.opt.Redact == nil {
+		return msg
+	}
+	return s.opt.Redact(msg)
 }
 
 // appendNote adds a pybox line to a stream, on a line of its own.
@@ -460,11 +552,14 @@ func appendNote(stream, note string) string {
 }
 
 // engineFailure turns an engine error into a result that says what to do.
-func (s *Sandbox) engineFailure(ctx context.Context, err error) Result {
-	host := s.eng.Host()
+func (s *Sandbox) engineFailure(ctx context.Context, err error, deadline time.Time) Result {
+	host := s.ctr.Host()
 	switch {
 	case ctx.Err() != nil:
 		return failure(ErrCancelled, ctx.Err(), "pybox: the call was cancelled.")
+	case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
+		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
+			"pybox: the sandbox did not start within the call's timeout (the engine at %s was slow to answer), so the code did not run. Try again, or with a longer timeout; `pybox doctor` checks the engine.", host))
 	case errors.Is(err, errImageMissing):
 		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
 			"pybox: the sandbox image %s is not on the Docker engine at %s. Build it with `pybox image build` (Debian with debootstrap, as root), or `docker build -t %s sandbox/image` where images can be pulled; `pybox doctor` checks the setup.",
@@ -479,90 +574,13 @@ func (s *Sandbox) engineFailure(ctx context.Context, err error) Result {
 	}
 }
 
-func (s *Sandbox) containerSpec(callID string) containerSpec {
-	o := s.opt
-	uid, gid, _ := strings.Cut(o.User, ":")
-	if gid == "" {
-		gid = uid
-	}
-	env := append(containerEnv(), "PYBOX_UID="+uid, "PYBOX_GID="+gid, fmt.Sprintf("PYBOX_OUTPUT_MAX=%d", o.MaxOutputBytes))
-	return containerSpec{
-		Image: o.Image,
-		Cmd:   []string{"python3", "-I", "-B", "-u", "-c", runnerSource},
-		Env:   env,
-		// The supervisor starts as root with the capabilities it needs to
-		// drop to User; the code never has any (see runner.py).
-		User:       "0:0",
-		CapAdd:     supervisorCaps,
-		WorkingDir: workDir,
-		Labels: map[string]string{
-			LabelManaged: "true",
-			LabelOwner:   s.owner,
-			LabelCall:    callID,
-		},
-		Hostname:    "sandbox",
-		Runtime:     o.Runtime,
-		Network:     o.Network,
-		MemoryBytes: o.MemoryBytes,
-		NanoCPUs:    o.NanoCPUs,
-		PidsLimit:   o.PidsLimit,
-		ReadOnly:    !o.WritableRoot,
-		Tmpfs: map[string]string{
-			"/tmp":           fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", o.TmpfsBytes),
-			"/mnt/user-data": fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=0755", o.MaxInputBytes+(1<<20)),
-			"/mnt/outputs":   fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,uid=%s,gid=%s,mode=0755", o.OutputsTmpfsBytes, uid, gid),
-		},
-		ShmBytes:   DefaultShmBytes,
-		CapDropAll: !o.KeepCapabilities,
-		NoNewPrivs: !o.AllowNewPrivileges,
-		Seccomp:    o.seccomp,
-		LogDriver:  o.LogDriver,
-		Init:       true,
-		NoFile:     DefaultNoFile,
-	}
-}
-
-func (s *Sandbox) track(id string) {
-	s.mu.Lock()
-	s.active[id] = struct{}{}
-	s.mu.Unlock()
-}
-
-// remove destroys a container even when the caller has gone away.
-func (s *Sandbox) remove(ctx context.Context, id string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if err := s.eng.Remove(rctx, id); err != nil {
-		s.log.Warn().Str("container", shortID(id)).Err(err).Msg("removing container failed; a later start-up removes it")
-		return
-	}
-	s.mu.Lock()
-	delete(s.active, id)
-	s.mu.Unlock()
-}
-
-// removeByCall removes whatever container carries a call's label.
-func (s *Sandbox) removeByCall(ctx context.Context, callID string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	cs, err := s.eng.List(rctx, map[string]string{LabelManaged: "true", LabelCall: callID})
-	if err != nil {
-		return
-	}
-	for _, c := range cs {
-		s.remove(rctx, c.ID)
-	}
-}
-
-// Close stops new calls, kills the running ones and removes every container
-// this server made. It waits for that until ctx ends.
+// Close stops new calls, stops the running ones and removes every
+// container this server made. It waits for that until ctx ends.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.closePool()
-	done := make(chan struct{})
-	go func() { s.runs.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.work.close():
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -573,26 +591,70 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, id := range left {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if err := s.eng.Remove(rctx, id); err != nil {
+		if err := s.remove(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
-		cancel()
 	}
 	// Anything of ours that the engine made after we stopped tracking.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if cs, err := s.eng.List(lctx, map[string]string{LabelManaged: "true", LabelOwner: s.owner}); err == nil {
+	if cs, err := s.lst.List(lctx, map[string]string{LabelManaged: "true", LabelOwner: s.owner}); err == nil {
 		for _, c := range cs {
-			if err := s.eng.Remove(lctx, c.ID); err != nil {
+			if err := s.lst.Remove(lctx, c.ID); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if c, ok := s.eng.(interface{ Close() error }); ok {
-		errs = append(errs, c.Close())
+	if s.closeEngine != nil {
+		errs = append(errs, s.closeEngine())
 	}
 	return errors.Join(errs...)
+}
+
+// inflight counts the work under way and lets Close wait for it. Unlike
+// a WaitGroup, entering after the close is refused rather than a race.
+type inflight struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+// enter counts one more piece of work, unless the count is closed.
+func (f *inflight) enter() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.n++
+	return true
+}
+
+func (f *inflight) leave() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 && f.zero != nil {
+		close(f.zero)
+		f.zero = nil
+	}
+}
+
+// close refuses new work and returns a channel closed when none is left.
+func (f *inflight) close() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	ch := make(chan struct{})
+	if f.n == 0 {
+		close(ch)
+	} else if f.zero == nil {
+		f.zero = ch
+	} else {
+		ch = f.zero
+	}
+	return ch
 }
 
 // NewID returns a random identifier of 128 bits, hex-encoded.

@@ -181,8 +181,8 @@ var outputSchema = json.RawMessage(`{
     "stdout": {"type": "string", "description": "The code's standard output, with secrets redacted."},
     "stderr": {"type": "string", "description": "The code's standard error, with secrets redacted; on a sandbox failure, what went wrong and what to do."},
     "exit_code": {"type": "integer", "description": "The code's exit status; 124 on timeout, 137 when killed for memory, 1 when it could not run."},
-    "execution_time": {"type": "number", "description": "Seconds of wall clock the code ran."},
-    "error": {"type": "string", "enum": ["timeout", "memory_limit", "invalid_input", "sandbox_unavailable", "too_many_requests", "session_expired", "cancelled"], "description": "Why the code did not run to its own end."},
+    "execution_time": {"type": "number", "description": "Seconds of wall clock the code ran (the timeout counts the whole call, waits included)."},
+    "error": {"type": "string", "enum": ["timeout", "memory_limit", "invalid_input", "sandbox_unavailable", "too_many_requests", "session_expired", "sandbox_lost", "cancelled"], "description": "Why the code did not run to its own end. sandbox_lost: the sandbox was killed by something other than pybox's own limits (the engine, an operator)."},
     "truncated": {"type": "boolean", "description": "An output stream passed its cap; its head and tail are kept with a marker between them."},
     "session_id": {"type": "string", "description": "The session's id, to pass on the next call."},
     "files": {"type": "array", "description": "The files the code wrote under /mnt/outputs/, each also sent as image or resource content.", "items": {"type": "object", "properties": {"path": {"type": "string"}, "mime_type": {"type": "string"}, "size": {"type": "integer"}}, "required": ["path", "mime_type", "size"]}}

@@ -38,7 +38,10 @@ type Runner interface {
 type Options struct {
 	// Runner runs the code; required.
 	Runner Runner
-	// Redactor cleans everything that leaves; nil redacts nothing.
+	// Redactor cleans what the server adds to a result (output files, its
+	// own messages) and its logs; nil redacts nothing. The Runner's
+	// streams come redacted already: give the sandbox the same redactor
+	// (sandbox.Options.Redact), which redacts them before they are cut.
 	Redactor *redact.Redactor
 	// Logger receives one info line per call.
 	Logger zerolog.Logger
@@ -216,7 +219,7 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 		res, sessionID = h.runInSession(ctx, in.Session, sreq)
 	}
 	cause = res.Cause
-	out = FromResult(res, h.opt.Redactor)
+	out = FromResult(res)
 	out.SessionID = sessionID
 	content, infos := fileContents(res.Files, h.opt.Redactor)
 	out.Files = infos
@@ -241,17 +244,18 @@ func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Reque
 	}
 	defer h.sessions.release(s)
 	res := s.sb.Run(ctx, req)
-	if res.Error == sandbox.ErrSessionExpired || res.Error == sandbox.ErrTooManyRequests || res.Error == sandbox.ErrSandboxUnavailable {
+	if res.Error == sandbox.ErrSessionExpired {
 		return res, ""
 	}
 	return res, s.id
 }
 
-// FromResult shapes a sandbox result into the tool's output, redacted.
-func FromResult(res sandbox.Result, rd *redact.Redactor) Output {
+// FromResult shapes a sandbox result into the tool's output. Its streams
+// are the sandbox's, redacted there.
+func FromResult(res sandbox.Result) Output {
 	return Output{
-		Stdout:        rd.String(res.Stdout),
-		Stderr:        rd.String(res.Stderr),
+		Stdout:        res.Stdout,
+		Stderr:        res.Stderr,
 		ExitCode:      res.ExitCode,
 		ExecutionTime: roundSeconds(res.Duration),
 		Error:         string(res.Error),

@@ -194,9 +194,9 @@ func TestResultShaping(t *testing.T) {
 			want:    Output{Stderr: "pybox: the Docker engine did not answer", ExitCode: 1, Error: "sandbox_unavailable"},
 		},
 		{
-			name: "secrets redacted",
-			res:  sandbox.Result{Stdout: "key=sk-ant-api03-" + strings.Repeat("b", 40) + "\n", Duration: time.Millisecond},
-			want: Output{Stdout: "key=[REDACTED:anthropic_api_key]\n", ExecutionTime: 0.001},
+			name: "lost is not isError: the code ran",
+			res:  sandbox.Result{Stdout: "up\n", Stderr: "pybox: the sandbox was killed from outside pybox\n", ExitCode: 137, Error: sandbox.ErrSandboxLost, Duration: time.Second},
+			want: Output{Stdout: "up\n", Stderr: "pybox: the sandbox was killed from outside pybox\n", ExitCode: 137, ExecutionTime: 1, Error: "sandbox_lost"},
 		},
 	}
 	for _, tt := range tests {

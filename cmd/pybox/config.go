@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type config struct {
 	network       bool
 	readOnly      bool
 	user          string
+	uidRange      string
+	uidBase       int // from uidRange, by validate
+	uidCount      int
 	allowRoot     bool
 	capDropAll    bool
 	noNewPrivs    bool
@@ -128,9 +132,10 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.tmpfsSize, "tmpfs-size", "size of the sandbox's /tmp")
 	fs.BoolVar(&cfg.network, "network", false, "give sandboxes the engine's default network")
 	fs.BoolVar(&cfg.readOnly, "read-only", true, "read-only root filesystem")
-	fs.StringVar(&cfg.user, "user", sandbox.DefaultUser, "uid:gid the code runs as")
-	fs.BoolVar(&cfg.allowRoot, "allow-root", false, "allow --user to be root")
-	fs.BoolVar(&cfg.capDropAll, "cap-drop-all", true, "drop all capabilities")
+	fs.StringVar(&cfg.user, "user", sandbox.DefaultUser, "uid:gid every sandbox runs as, or auto: a uid of its own per live sandbox from --uid-range")
+	fs.StringVar(&cfg.uidRange, "uid-range", fmt.Sprintf("%d-%d", sandbox.DefaultUIDBase, sandbox.DefaultUIDBase+sandbox.DefaultUIDCount-1), "the uids --user auto gives sandboxes (FIRST-LAST)")
+	fs.BoolVar(&cfg.allowRoot, "allow-root", false, "allow what loosens the sandbox's privileges: --user root, --cap-drop-all=false")
+	fs.BoolVar(&cfg.capDropAll, "cap-drop-all", true, "drop all capabilities (keeping them needs --allow-root)")
 	fs.BoolVar(&cfg.noNewPrivs, "no-new-privileges", true, "set no-new-privileges")
 	fs.StringVar(&cfg.seccomp, "seccomp", sandbox.SeccompPinned, "seccomp profile: pinned, engine, unconfined, or a JSON file")
 	fs.StringVar(&cfg.logDriver, "log-driver", "none", "the engine's log driver for sandboxes")
@@ -216,6 +221,8 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		Network:            c.network,
 		WritableRoot:       !c.readOnly,
 		User:               c.user,
+		UIDBase:            c.uidBase,
+		UIDCount:           c.uidCount,
 		AllowRoot:          c.allowRoot,
 		KeepCapabilities:   !c.capDropAll,
 		AllowNewPrivileges: !c.noNewPrivs,
@@ -281,6 +288,13 @@ func (c *config) validate() error {
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:
 		return fmt.Errorf("the file limits must be positive")
 	}
+	first, last, ok := strings.Cut(c.uidRange, "-")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(first))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(last))
+	if !ok || err1 != nil || err2 != nil || hi < lo {
+		return fmt.Errorf("--uid-range %q: give FIRST-LAST, such as 2000000000-2000999999", c.uidRange)
+	}
+	c.uidBase, c.uidCount = lo, hi-lo+1
 	return nil
 }
 

@@ -44,7 +44,7 @@ func cmdExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
 	_ = sb.Close(cctx)
-	out := server.FromResult(res, rd)
+	out := server.FromResult(res)
 	logger.Debug().Str("error", out.Error).Int("exit_code", out.ExitCode).Msg("exec")
 	if res.Cause != nil {
 		logger.Debug().Str("cause", rd.String(res.Cause.Error())).Msg("exec")

@@ -42,6 +42,12 @@ func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
 	}
+	// The check runs a probe in a sandbox: nothing of it outlives the command.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		defer cancel()
+		sb.Close(cctx)
+	}()
 	if _, err := sb.Ping(ctx); err != nil {
 		fmt.Fprintf(stderr, "pybox: %v\nStart the engine (or run scripts/ensure-docker.sh as root) and try again.\n", err)
 		return 1
