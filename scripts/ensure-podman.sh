@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ensure-podman.sh: Podman's Docker-compatible API at
 # unix:///run/podman/podman.sock, holding the sandbox image, for the tests
-# that run pybox against Podman. As root on Debian it installs podman and
-# catatonit (the init that --init needs) from the machine's apt sources,
+# that run pybox against Podman. As root on Debian it installs podman from
+# the machine's apt sources,
 # starts `podman system service`, and loads the image from Docker (where
 # `pybox image build` made it) when Podman lacks it or holds another build.
 # Idempotent.
@@ -11,7 +11,7 @@ set -euo pipefail
 log() { printf 'ensure-podman: %s\n' "$*" >&2; }
 
 sock="${PYBOX_PODMAN_SOCKET:-/run/podman/podman.sock}"
-image="${PYBOX_IMAGE:-pybox-sandbox:1}"
+image="${PYBOX_IMAGE:-pybox-sandbox:2}"  # sandbox.DefaultImage
 
 command -v docker >/dev/null 2>&1 || { log "the docker CLI is missing: run scripts/ensure-docker.sh first"; exit 1; }
 answers() { docker -H "unix://$sock" version >/dev/null 2>&1; }
@@ -25,12 +25,12 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-if ! command -v podman >/dev/null 2>&1 || ! command -v catatonit >/dev/null 2>&1; then
+if ! command -v podman >/dev/null 2>&1; then
   command -v apt-get >/dev/null 2>&1 || { log "no podman and no apt-get: install Podman for your system"; exit 1; }
-  log "installing podman and catatonit from the machine's apt sources"
+  log "installing podman from the machine's apt sources"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq podman catatonit >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq podman catatonit >/dev/null; }
+  apt-get install -y -qq podman >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq podman >/dev/null; }
 fi
 
 if ! answers; then

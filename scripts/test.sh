@@ -37,10 +37,19 @@ status=${PIPESTATUS[0]}
 set -e
 
 if [ "$status" -eq 0 ]; then
+  # The runner's frame parser, fuzzed for a bounded time.
+  echo "test: go test -fuzz FuzzFrameParser -fuzztime 20s ./sandbox" >&2
+  set +e
+  go test -run '^$' -fuzz '^FuzzFrameParser$' -fuzztime 20s ./sandbox 2>&1 | tail -n 3 | tee -a "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+fi
+
+if [ "$status" -eq 0 ]; then
   # The walls, the core calls and the attacks again, with the warm pool on.
   echo "test: the sandbox's core tests and the attack suite with the pool on (PYBOX_TEST_POOL=2)" >&2
   set +e
-  PYBOX_TEST_POOL=2 go test -count=1 -timeout 30m -v -run 'TestRun$|TestTraceback|TestTimeout|TestMemory|TestEndless|TestBinary|TestWalls|TestConcurrent|TestNoContainer|TestClose|TestInputFiles|TestOutputFiles|TestHostile|TestAttackSuite' ./sandbox 2>&1 | sed 's/^\(\s*--- [A-Z]*: \)/\1pool: /' | tee -a "$log"
+  PYBOX_TEST_POOL=2 go test -count=1 -timeout 30m -v -run 'TestRun$|TestTraceback|TestTimeout|TestMemory|TestEndless|TestBinary|TestWalls|TestConcurrent|TestNoContainer|TestClose|TestInputFiles|TestOutputFiles|TestHostile|TestJunkOnEveryDescriptor|TestExit137IsNotMemory|TestAttackSuite' ./sandbox 2>&1 | sed 's/^\(\s*--- [A-Z]*: \)/\1pool: /' | tee -a "$log"
   status=${PIPESTATUS[0]}
   set -e
 fi
