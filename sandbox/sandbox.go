@@ -223,9 +223,15 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		}
 		defer se.give()
 		b = se.b
+		if !b.conn.alive() {
+			// It died between calls (killed from outside, say).
+			se.end(ctx, "its sandbox stopped between calls")
+			_, why := se.Over()
+			return s.said(expired(why))
+		}
 	}
 	if err := s.lim.acquire(ctx, s.stop, deadline); err != nil {
-		return s.said(s.notRun(err, se != nil, time.Since(arrival)))
+		return s.said(s.notRun(err, time.Since(arrival)))
 	}
 	if b == nil {
 		b = s.takeWarm()
@@ -237,7 +243,7 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 			return s.said(*fail)
 		}
 	}
-	res := s.exec(ctx, b, req, deadline, arrival, se)
+	res := s.exec(ctx, b, req, deadline, arrival)
 	if se != nil {
 		s.lim.release()
 		if !b.conn.alive() {
@@ -262,7 +268,7 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 }
 
 // notRun is the result of a call that got no slot.
-func (s *Sandbox) notRun(err error, session bool, waited time.Duration) Result {
+func (s *Sandbox) notRun(err error, waited time.Duration) Result {
 	switch {
 	case errors.Is(err, errBusy):
 		running, waiting, _ := s.lim.stats()
@@ -279,7 +285,7 @@ func (s *Sandbox) notRun(err error, session bool, waited time.Duration) Result {
 }
 
 // exec runs one call in a started sandbox and shapes its result.
-func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time, se *Session) Result {
+func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time) Result {
 	b.seq++
 	out := newCallOut(b.seq, s.opt.OutputLimit, s.opt.Redact)
 	frame, err := encodeRun(b.seq, req)
@@ -293,7 +299,7 @@ func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arriv
 	if err := b.conn.sendRaw(frame); err != nil {
 		b.conn.close(fmt.Errorf("writing the call to the sandbox: %w", err))
 	}
-	reason := s.await(ctx, b, out, deadline, se != nil)
+	reason := s.await(ctx, b, out, deadline)
 	return s.outcome(ctx, b, out, reason, req, handover.Sub(arrival), time.Since(handover))
 }
 
@@ -306,7 +312,7 @@ const (
 
 // await waits for the call's end, or stops it at its deadline, on
 // cancellation or at shutdown, and says which.
-func (s *Sandbox) await(ctx context.Context, b *box, out *callOut, deadline time.Time, session bool) ErrorKind {
+func (s *Sandbox) await(ctx context.Context, b *box, out *callOut, deadline time.Time) ErrorKind {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var reason ErrorKind
@@ -334,7 +340,7 @@ func (s *Sandbox) await(ctx context.Context, b *box, out *callOut, deadline time
 			return false
 		}
 	}
-	if session {
+	if b.mode == modeSession {
 		// As Ctrl-C would: the code gets KeyboardInterrupt and a grace to stop.
 		if b.conn.send(frameInterrupt, nil) == nil && wait(sessionGrace) {
 			return reason

@@ -36,7 +36,9 @@ fi
 if ! answers; then
   mkdir -p "$(dirname "$sock")"
   log "starting 'podman system service' at unix://$sock (log: /var/log/pybox-podman.log)"
-  nohup podman system service --time=0 "unix://$sock" >/var/log/pybox-podman.log 2>&1 &
+  # From the socket's directory: conmon writes a file named "oom" into its
+  # working directory when a container is killed for memory.
+  (cd "$(dirname "$sock")" && exec nohup podman system service --time=0 "unix://$sock") >/var/log/pybox-podman.log 2>&1 &
   for _ in $(seq 1 60); do
     answers && break
     sleep 0.5

@@ -11,6 +11,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -234,10 +235,20 @@ func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Reque
 	owner := ownerOf(ctx)
 	var s *session
 	if id == "new" {
+		// The session's start counts against the call's timeout too.
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, req.Timeout)
 		var res sandbox.Result
-		if s, res = h.sessions.create(ctx, owner, h.opt.Runner); s == nil {
+		s, res = h.sessions.create(sctx, owner, h.opt.Runner)
+		cancel()
+		if s == nil {
+			if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+				res.Error = sandbox.ErrSandboxUnavailable
+				res.Stderr = "pybox: the session's sandbox did not start within the call's timeout, so the code did not run. Try again, or with a longer timeout.\n"
+			}
 			return res, ""
 		}
+		req.Timeout = max(req.Timeout-time.Since(start), time.Millisecond)
 	} else if s = h.sessions.acquire(id, owner); s == nil {
 		return sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSessionExpired,
 			Stderr: "pybox: no live session of yours has this session_id (it ended, expired, or belongs to another connection); start one with session_id \"new\"."}, ""

@@ -25,6 +25,8 @@ type fakeRunner struct {
 	res   sandbox.Result
 	panic bool
 	got   []sandbox.Request
+	// slowStart: StartSession waits for its context to end.
+	slowStart bool
 }
 
 func (f *fakeRunner) Run(_ context.Context, req sandbox.Request) sandbox.Result {
@@ -261,6 +263,25 @@ func TestRealEngineThroughMCP(t *testing.T) {
 	}
 }
 
-func (f *fakeRunner) StartSession(context.Context) (*sandbox.Session, sandbox.Result) {
+func (f *fakeRunner) StartSession(ctx context.Context) (*sandbox.Session, sandbox.Result) {
+	if f.slowStart {
+		<-ctx.Done()
+		return nil, sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrCancelled, Stderr: "cancelled"}
+	}
 	return nil, sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSandboxUnavailable, Stderr: "fake"}
+}
+
+// TestSessionStartCountsAgainstTimeout: a session that does not start
+// within the call's timeout ends the call at its timeout, as a sandbox
+// that did not start.
+func TestSessionStartCountsAgainstTimeout(t *testing.T) {
+	c := connect(t, Options{Runner: &fakeRunner{slowStart: true}})
+	start := time.Now()
+	res, out := call(t, c, map[string]any{"code": "1", "session_id": "new", "timeout": 0.3})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a 0.3 s call whose session never started returned after %v", took)
+	}
+	if out.Error != "sandbox_unavailable" || !res.IsError || !strings.Contains(out.Stderr, "did not start within the call's timeout") {
+		t.Errorf("got %+v; want sandbox_unavailable saying the session did not start in time", out)
+	}
 }
