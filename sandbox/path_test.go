@@ -126,20 +126,28 @@ func TestFakeCreateAfterDeadline(t *testing.T) {
 // whole timeout returns at its timeout, without running.
 func TestFakeWaitCountsAgainstTimeout(t *testing.T) {
 	s, _ := newFake(t, Options{MaxConcurrent: 1})
+	queuedBehind(t, s.Run, func() bool { r, _, _ := s.Stats(); return r == 1 }, "timeout")
+}
+
+// queuedBehind runs a long call, and beside it, once held says the first
+// holds what the second needs, a call with a 300ms timeout: that call
+// returns at its timeout as too_many_requests, saying why, without running.
+func queuedBehind(t *testing.T, run func(context.Context, Request) Result, held func() bool, why string) {
+	t.Helper()
 	first := make(chan Result, 1)
-	go func() { first <- s.Run(context.Background(), Request{Code: "sleep 1500ms\nprint first"}) }()
-	waitFor(t, "the first call to hold the slot", func() bool { r, _, _ := s.Stats(); return r == 1 })
+	go func() { first <- run(context.Background(), Request{Code: "sleep 1500ms\nprint first"}) }()
+	waitFor(t, "the first call to start", held)
 	start := time.Now()
-	res := s.Run(context.Background(), Request{Code: "print second", Timeout: 300 * time.Millisecond})
+	res := run(context.Background(), Request{Code: "print second", Timeout: 300 * time.Millisecond})
 	took := time.Since(start)
-	if res.Error != ErrTooManyRequests || res.Stdout != "" || !strings.Contains(res.Stderr, "timeout") {
-		t.Errorf("second call: error %q stdout %q stderr %q; want too_many_requests", res.Error, res.Stdout, res.Stderr)
+	if res.Error != ErrTooManyRequests || res.Stdout != "" || !strings.Contains(res.Stderr, why) {
+		t.Errorf("the queued call: error %q stdout %q stderr %q; want too_many_requests saying %q", res.Error, res.Stdout, res.Stderr, why)
 	}
 	if took < 250*time.Millisecond || took > time.Second {
-		t.Errorf("second call returned after %v; want at its 300ms timeout", took)
+		t.Errorf("the queued call returned after %v; want at its 300ms timeout", took)
 	}
 	if r := <-first; r.Stdout != "first\n" {
-		t.Errorf("first call: %q %q", r.Stdout, r.Error)
+		t.Errorf("the first call: %q %q", r.Stdout, r.Error)
 	}
 }
 
@@ -275,23 +283,9 @@ func TestFakeSessionQueuedCall(t *testing.T) {
 		t.Fatal(res.Stderr)
 	}
 	defer se.Close(ctx)
-	first := make(chan Result, 1)
-	go func() { first <- se.Run(ctx, Request{Code: "sleep 1500ms\nprint first"}) }()
-	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
-	r := se.Run(ctx, Request{Code: "print second", Timeout: 300 * time.Millisecond})
-	took := time.Since(start)
-	if r.Error != ErrTooManyRequests || r.Stdout != "" || !strings.Contains(r.Stderr, "busy") {
-		t.Errorf("queued call: %q %q %q; want too_many_requests", r.Error, r.Stdout, r.Stderr)
-	}
-	if took < 250*time.Millisecond || took > time.Second {
-		t.Errorf("queued call with a 300ms timeout returned after %v", took)
-	}
-	if r := <-first; r.Stdout != "first\n" {
-		t.Errorf("first call: %q %q", r.Stdout, r.Stderr)
-	}
+	queuedBehind(t, se.Run, func() bool { r, _, _ := s.Stats(); return r == 1 }, "busy")
 	if r := se.Run(ctx, Request{Code: "print third"}); r.Stdout != "third\n" {
-		t.Errorf("third call: %q %q", r.Stdout, r.Stderr)
+		t.Errorf("the next call: %q %q", r.Stdout, r.Stderr)
 	}
 }
 

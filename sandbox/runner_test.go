@@ -36,6 +36,19 @@ func forEachSetup(t *testing.T, f func(t *testing.T, s *Sandbox, rt string)) {
 	}
 }
 
+// forEachRuntime runs f with a sandbox under each runtime.
+func forEachRuntime(t *testing.T, opt Options, f func(t *testing.T, s *Sandbox, rt string)) {
+	for _, rt := range runtimesUnderTest(t) {
+		t.Run(rt, func(t *testing.T) {
+			o := opt
+			if rt != "runc" {
+				o.Runtime = rt
+			}
+			f(t, newTest(t, o), rt)
+		})
+	}
+}
+
 const backgroundCode = `import subprocess, os
 subprocess.Popen(['sleep', '1000'], start_new_session=True)
 if os.fork() == 0:
@@ -209,27 +222,20 @@ func TestJunkOnEveryDescriptor(t *testing.T) {
 // TestExit137IsNotMemory: the code's own exit status 137 is not a memory
 // kill, under either runtime, with a child killed for memory before it.
 func TestExit137IsNotMemory(t *testing.T) {
-	for _, rt := range runtimesUnderTest(t) {
-		t.Run(rt, func(t *testing.T) {
-			opt := Options{}
-			if rt != "runc" {
-				opt.Runtime = rt
+	forEachRuntime(t, Options{}, func(t *testing.T, s *Sandbox, rt string) {
+		codes := []string{"import sys\nsys.exit(137)"}
+		if rt == "runc" {
+			// Under gVisor any process's memory kill ends the whole
+			// sandbox: there is no child to lose while the code goes on.
+			codes = append(codes, "import subprocess, sys\nsubprocess.run([sys.executable, '-c', \"s = 'a' * 600_000_000\"])\nsys.exit(137)")
+		}
+		for _, code := range codes {
+			res := s.Run(context.Background(), Request{Code: code})
+			if res.ExitCode != 137 || res.Error != ErrNone {
+				t.Errorf("%q: exit %d error %q stderr %q; want 137 and no error", code, res.ExitCode, res.Error, res.Stderr)
 			}
-			s := newTest(t, opt)
-			codes := []string{"import sys\nsys.exit(137)"}
-			if rt == "runc" {
-				// Under gVisor any process's memory kill ends the whole
-				// sandbox: there is no child to lose while the code goes on.
-				codes = append(codes, "import subprocess, sys\nsubprocess.run([sys.executable, '-c', \"s = 'a' * 600_000_000\"])\nsys.exit(137)")
-			}
-			for _, code := range codes {
-				res := s.Run(context.Background(), Request{Code: code})
-				if res.ExitCode != 137 || res.Error != ErrNone {
-					t.Errorf("%q: exit %d error %q stderr %q; want 137 and no error", code, res.ExitCode, res.Error, res.Stderr)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestKernelLimitsNotShared: with a uid per sandbox, one sandbox using up a
@@ -260,55 +266,41 @@ print(len(fds), os.strerror(ctypes.get_errno()))
 // comes back when the call is stopped, all but at most the flush interval
 // before the stop.
 func TestOutputFlushedOnInterval(t *testing.T) {
-	for _, rt := range runtimesUnderTest(t) {
-		t.Run(rt, func(t *testing.T) {
-			opt := Options{PoolSize: -1}
-			if rt != "runc" {
-				opt.Runtime = rt
-			}
-			s := newTest(t, opt)
-			res := s.Run(context.Background(), Request{Code: "import time\nprint('at start')\nwhile True:\n    print(time.time())\n    time.sleep(0.005)\n", Timeout: 2 * time.Second})
-			stopped := time.Now()
-			lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-			if res.Error != ErrTimeout || len(lines) < 2 || lines[0] != "at start" {
-				t.Fatalf("error %q stdout %.200q", res.Error, res.Stdout)
-			}
-			last, err := strconv.ParseFloat(lines[len(lines)-1], 64)
-			if err != nil {
-				t.Fatalf("the last line %q: %v", lines[len(lines)-1], err)
-			}
-			// The stop reaches the runner a moment before the result
-			// comes back; allow the interval and scheduling on a busy machine.
-			gap := time.Duration((float64(stopped.UnixNano())/1e9 - last) * float64(time.Second))
-			if gap > flushInterval+400*time.Millisecond {
-				t.Errorf("the last line kept was printed %v before the result; want at most about the %v flush interval", gap, flushInterval)
-			}
-			t.Logf("%s: %d lines, the last printed %v before the result", rt, len(lines), gap.Round(time.Millisecond))
-		})
-	}
+	forEachRuntime(t, Options{PoolSize: -1}, func(t *testing.T, s *Sandbox, rt string) {
+		res := s.Run(context.Background(), Request{Code: "import time\nprint('at start')\nwhile True:\n    print(time.time())\n    time.sleep(0.005)\n", Timeout: 2 * time.Second})
+		stopped := time.Now()
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if res.Error != ErrTimeout || len(lines) < 2 || lines[0] != "at start" {
+			t.Fatalf("error %q stdout %.200q", res.Error, res.Stdout)
+		}
+		last, err := strconv.ParseFloat(lines[len(lines)-1], 64)
+		if err != nil {
+			t.Fatalf("the last line %q: %v", lines[len(lines)-1], err)
+		}
+		// The stop reaches the runner a moment before the result
+		// comes back; allow the interval and scheduling on a busy machine.
+		gap := time.Duration((float64(stopped.UnixNano())/1e9 - last) * float64(time.Second))
+		if gap > flushInterval+400*time.Millisecond {
+			t.Errorf("the last line kept was printed %v before the result; want at most about the %v flush interval", gap, flushInterval)
+		}
+		t.Logf("%s: %d lines, the last printed %v before the result", rt, len(lines), gap.Round(time.Millisecond))
+	})
 }
 
 // TestThreadsAndProcesses: the code can start threads and processes under
 // each runtime (under gVisor only thanks to the runner's clone3 filter),
 // and still cannot make namespaces.
 func TestThreadsAndProcesses(t *testing.T) {
-	for _, rt := range runtimesUnderTest(t) {
-		t.Run(rt, func(t *testing.T) {
-			opt := Options{}
-			if rt != "runc" {
-				opt.Runtime = rt
-			}
-			s := newTest(t, opt)
-			res := s.Run(context.Background(), Request{Code: `import concurrent.futures, subprocess, os, ctypes, errno
+	forEachRuntime(t, Options{}, func(t *testing.T, s *Sandbox, rt string) {
+		res := s.Run(context.Background(), Request{Code: `import concurrent.futures, subprocess, os, ctypes, errno
 with concurrent.futures.ThreadPoolExecutor(4) as ex:
     print(sum(ex.map(lambda x: x * x, range(10))))
 print(subprocess.run(["echo", "spawned"], capture_output=True, text=True).stdout.strip())
 libc = ctypes.CDLL(None, use_errno=True)
 print(libc.syscall(272, 0x10000000), errno.errorcode[ctypes.get_errno()])
 `})
-			if res.Stdout != "285\nspawned\n-1 EPERM\n" || res.ExitCode != 0 {
-				t.Errorf("threads, a process, unshare: %q %q", res.Stdout, res.Stderr)
-			}
-		})
-	}
+		if res.Stdout != "285\nspawned\n-1 EPERM\n" || res.ExitCode != 0 {
+			t.Errorf("threads, a process, unshare: %q %q", res.Stdout, res.Stderr)
+		}
+	})
 }
