@@ -19,6 +19,11 @@ const (
 // printed in its last flushInterval.
 const flushInterval = 50 * time.Millisecond
 
+// runnerMargin is how long past a deadline the runner waits for its server
+// before it ends the sandbox itself. The server stops a call at most 2 s
+// past it; a runner whose server is gone (its attach ended) ends at once.
+const runnerMargin = 10 * time.Second
+
 // box is a started sandbox: a container and its runner's conn.
 type box struct {
 	id      string
@@ -32,11 +37,22 @@ type box struct {
 	// dying is set when pybox itself removes the box: a call it cuts short
 	// was cancelled, not lost.
 	dying atomic.Bool
+	// stuck says whether its runner did not answer a stop, and why.
+	stuck atomic.Int32
 }
+
+// Why a runner did not answer a stop.
+const (
+	stuckNot    = iota
+	stuckSilent // the engine said nothing: stalled, perhaps
+	stuckPaused // the engine says it is paused
+)
 
 // startBox makes, starts and connects a sandbox within the deadline. With
 // preimport, its runner imports the pre-import modules before it is ready.
-func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport bool, deadline time.Time) (*box, *Result) {
+// Its runner ends it itself when it has had no call for life (a session's:
+// at all) and a margin.
+func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport bool, deadline time.Time, life time.Duration) (*box, *Result) {
 	user, uid := s.uids.take()
 	spec := s.containerSpec(callID, user)
 	if mode == modeSession {
@@ -48,8 +64,13 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 	cancel()
 	if err != nil {
 		if cctx.Err() != nil {
-			// The engine may have made it after we stopped waiting.
-			s.removeByCall(ctx, callID)
+			// The engine may make it after we stopped waiting (it never
+			// starts, so it never removes itself): the reconciler looks
+			// for it until it turns up.
+			s.mu.Lock()
+			s.abandoned[callID] = time.Now()
+			s.mu.Unlock()
+			s.background(func() { s.removeByCall(context.WithoutCancel(ctx), callID) })
 		}
 		return fail(s.engineFailure(ctx, err, deadline))
 	}
@@ -65,7 +86,7 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 	if err != nil {
 		return undo(s.engineFailure(ctx, err, deadline))
 	}
-	cfg := runnerConfig{Mode: mode, Flush: flushInterval.Seconds(), Limits: runnerLimits{
+	cfg := runnerConfig{Mode: mode, Flush: flushInterval.Seconds(), Expire: (life + runnerMargin).Seconds(), Limits: runnerLimits{
 		Files:        s.opt.MaxOutputFiles,
 		FileBytes:    s.opt.MaxOutputFileBytes,
 		TotalBytes:   s.opt.MaxOutputBytes,
@@ -106,6 +127,13 @@ func (s *Sandbox) engineContext(ctx context.Context, deadline time.Time) (contex
 		deadline = d
 	}
 	return context.WithDeadline(ctx, deadline)
+}
+
+// destroyLater destroys a box in the background.
+func (s *Sandbox) destroyLater(ctx context.Context, b *box) {
+	b.dying.Store(true)
+	b.conn.close(errors.New("the sandbox was removed"))
+	s.background(func() { s.destroy(context.WithoutCancel(ctx), b) })
 }
 
 // destroy closes a box's conn and removes its container.
@@ -169,11 +197,15 @@ func (s *Sandbox) remove(ctx context.Context, id string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := s.ctr.Remove(rctx, id); err != nil {
-		s.log.Warn().Str("container", shortID(id)).Err(err).Msg("removing container failed; a later start-up removes it")
+		s.log.Warn().Str("container", shortID(id)).Err(err).Msg("removing container failed; the reconciler tries again")
+		s.mu.Lock()
+		s.failed[id] = time.Now()
+		s.mu.Unlock()
 		return err
 	}
 	s.mu.Lock()
 	delete(s.active, id)
+	delete(s.failed, id)
 	s.mu.Unlock()
 	return nil
 }

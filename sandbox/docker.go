@@ -189,23 +189,30 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 		}
 	}
 	cfg := &container.Config{
-		Image:           s.Image,
-		Cmd:             s.Cmd,
-		Env:             s.Env,
-		User:            s.User,
-		WorkingDir:      s.WorkingDir,
-		Labels:          s.Labels,
-		Hostname:        s.Hostname,
-		AttachStdin:     true,
-		AttachStdout:    true,
-		AttachStderr:    true,
-		OpenStdin:       true,
+		Image:        s.Image,
+		Cmd:          s.Cmd,
+		Env:          s.Env,
+		User:         s.User,
+		WorkingDir:   s.WorkingDir,
+		Labels:       s.Labels,
+		Hostname:     s.Hostname,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		// The runner's stdin closes when the server's attach ends, which
+		// ends the runner, and AutoRemove the container: a sandbox never
+		// outlives its server for long, even one killed with SIGKILL.
 		StdinOnce:       true,
 		NetworkDisabled: !s.Network,
+		// The runner ignores SIGTERM: `docker stop` and the engine's own
+		// shutdown need not wait 10 s for it before they kill.
+		StopTimeout: &stopTimeout,
 	}
 	pids := s.PidsLimit
 	swappiness := int64(0)
 	host := &container.HostConfig{
+		AutoRemove:     true,
 		Runtime:        s.Runtime,
 		ReadonlyRootfs: s.ReadOnly,
 		Tmpfs:          s.Tmpfs,
@@ -268,6 +275,9 @@ func (d *dockerEngine) Create(ctx context.Context, s containerSpec) (string, err
 	}
 	return resp.ID, nil
 }
+
+// stopTimeout is the seconds an engine waits after SIGTERM before SIGKILL.
+var stopTimeout = 1
 
 // podmanRuntime asks Podman's own API which OCI runtime a container has.
 func (d *dockerEngine) podmanRuntime(ctx context.Context, id string) (string, error) {
@@ -373,33 +383,50 @@ func (d *dockerEngine) Inspect(ctx context.Context, id string) (containerState, 
 		st.ExitCode = c.State.ExitCode
 		st.OOMKilled = c.State.OOMKilled
 		st.Removing = c.State.Status == "removing" || c.State.Dead
+		st.Paused = c.State.Paused
 	}
 	return st, nil
 }
 
-// KillSignals reads the engine's events for the container: each "kill"
-// event is a request, through the API, to signal it.
-func (d *dockerEngine) KillSignals(ctx context.Context, id string, since time.Time) ([]int, error) {
-	args := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("container", id), filters.Arg("event", "kill"))
-	stamp := func(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
-	// Until now: a later time would hold the request open until then.
-	msgs, errs := d.cli.Events(ctx, events.ListOptions{Since: stamp(since.Add(-time.Second)), Until: stamp(time.Now()), Filters: args})
-	var sigs []int
+// History reads the engine's events for the container since a time,
+// until its "die" (and, with AutoRemove, "destroy") events or ctx's end:
+// an auto-removed container can no longer be inspected.
+func (d *dockerEngine) History(ctx context.Context, id string, since time.Time) (containerHistory, error) {
+	args := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("container", id))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Since: fmt.Sprintf("%d.%09d", since.Add(-time.Second).Unix(), since.Nanosecond()), Filters: args})
+	var h containerHistory
 	for {
 		select {
 		case m := <-msgs:
-			n, err := strconv.Atoi(m.Actor.Attributes["signal"])
-			if err != nil {
-				n = int(syscall.SIGKILL)
+			switch m.Action {
+			case "kill":
+				n, err := strconv.Atoi(m.Actor.Attributes["signal"])
+				if err != nil {
+					n = int(syscall.SIGKILL)
+				}
+				h.Kills = append(h.Kills, n)
+			case "oom":
+				h.OOM = true
+			case "die", "died":
+				h.Died = true
+				h.ExitCode, _ = strconv.Atoi(m.Actor.Attributes["exitCode"])
+				if h.ExitCode == 0 {
+					h.ExitCode, _ = strconv.Atoi(m.Actor.Attributes["containerExitCode"]) // Podman
+				}
+			case "destroy", "remove":
+				h.Removed = true
+				return h, nil
 			}
-			sigs = append(sigs, n)
 		case err := <-errs:
-			if errors.Is(err, io.EOF) {
-				return sigs, nil
+			if err == nil || errors.Is(err, io.EOF) {
+				return h, nil
 			}
-			return sigs, err
-		case <-ctx.Done():
-			return sigs, ctx.Err()
+			if h.Died && errors.Is(err, context.DeadlineExceeded) {
+				return h, nil // died, not (yet) removed
+			}
+			return h, err
 		}
 	}
 }
@@ -438,7 +465,7 @@ func (d *dockerEngine) List(ctx context.Context, labels map[string]string) ([]li
 	}
 	out := make([]listedContainer, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, listedContainer{ID: c.ID, Labels: c.Labels, State: c.State})
+		out = append(out, listedContainer{ID: c.ID, Labels: c.Labels, State: c.State, Created: time.Unix(c.Created, 0)})
 	}
 	return out, nil
 }

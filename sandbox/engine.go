@@ -27,9 +27,9 @@ type containers interface {
 	// Wait blocks until the container is not running.
 	Wait(ctx context.Context, id string) (exitCode int, err error)
 	Inspect(ctx context.Context, id string) (containerState, error)
-	// KillSignals returns the signals the engine was asked to send the
-	// container since a time: a kill from outside the container.
-	KillSignals(ctx context.Context, id string, since time.Time) ([]int, error)
+	// History returns what the engine says happened to the container since
+	// a time, waiting for its end until ctx's deadline.
+	History(ctx context.Context, id string, since time.Time) (containerHistory, error)
 	// Remove removes the container, killing it first; a container that is
 	// already gone is no error.
 	Remove(ctx context.Context, id string) error
@@ -106,14 +106,31 @@ type containerState struct {
 	OOMKilled bool
 	// Removing: the engine is removing the container (`docker rm -f`).
 	Removing bool
+	// Paused: the container is frozen (`docker pause`).
+	Paused bool
 	// Raw is the engine's inspection, for posture checks in tests.
 	Raw json.RawMessage
 }
 
+// containerHistory is the engine's account of a container's end.
+type containerHistory struct {
+	// Kills are the signals the engine was asked to send it (`docker
+	// kill`, `docker stop`, `docker rm -f`, the engine's shutdown).
+	Kills []int
+	// OOM: its memory cgroup killed a process for memory.
+	OOM bool
+	// Died: its first process ended, with ExitCode.
+	Died     bool
+	ExitCode int
+	// Removed: the container is gone.
+	Removed bool
+}
+
 type listedContainer struct {
-	ID     string
-	Labels map[string]string
-	State  string
+	ID      string
+	Labels  map[string]string
+	State   string
+	Created time.Time
 }
 
 type imageInfo struct {

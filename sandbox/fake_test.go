@@ -52,7 +52,8 @@ type fakeContainer struct {
 	stopped   chan struct{}
 	stopOnce  sync.Once
 	sessionKV map[string]string
-	calls     int // calls it ran
+	calls     int  // calls it ran
+	paused    bool // frozen from outside
 }
 
 func newFakeEngine() *fakeEngine {
@@ -142,6 +143,10 @@ func (f *fakeEngine) exit(c *fakeContainer, code int, oom bool, killSig int) {
 		c.stdoutW.Close()
 		c.stdinR.Close()
 	})
+	// As Docker's AutoRemove does.
+	f.mu.Lock()
+	c.removed = true
+	f.mu.Unlock()
 }
 
 func (f *fakeEngine) Kill(ctx context.Context, id string) error {
@@ -175,17 +180,23 @@ func (f *fakeEngine) Inspect(ctx context.Context, id string) (containerState, er
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return containerState{Running: c.running, ExitCode: c.exitCode, OOMKilled: c.oom}, nil
+	return containerState{Running: c.running, ExitCode: c.exitCode, OOMKilled: c.oom, Paused: c.paused}, nil
 }
 
-func (f *fakeEngine) KillSignals(ctx context.Context, id string, since time.Time) ([]int, error) {
+func (f *fakeEngine) History(ctx context.Context, id string, since time.Time) (containerHistory, error) {
+	f.mu.Lock()
+	c := f.containers[id]
+	f.mu.Unlock()
+	if c == nil {
+		return containerHistory{}, ctx.Err()
+	}
+	select {
+	case <-c.stopped:
+	case <-ctx.Done():
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := f.containers[id]
-	if c == nil {
-		return nil, nil
-	}
-	return append([]int(nil), c.kills...), nil
+	return containerHistory{Kills: append([]int(nil), c.kills...), OOM: c.oom, Died: !c.running, ExitCode: c.exitCode, Removed: c.removed}, nil
 }
 
 func (f *fakeEngine) Remove(ctx context.Context, id string) error {
@@ -358,6 +369,7 @@ func (r *fakeRunner) run() {
 //	oom                       the container is killed for memory
 //	kill                      the container is killed from outside
 //	deaf                      answers nothing until killed
+//	freeze                    as deaf, and the engine says it is paused
 //	garbage                   a frame of no known type
 func (r *fakeRunner) call(seq int, code string) bool {
 	done := func(rep map[string]any) {
@@ -445,6 +457,12 @@ func (r *fakeRunner) call(seq int, code string) bool {
 		case "deaf":
 			<-r.c.stopped
 			return false
+		case "freeze":
+			r.f.mu.Lock()
+			r.c.paused = true
+			r.f.mu.Unlock()
+			<-r.c.stopped
+			return false
 		case "garbage":
 			r.emit('?', []byte("not a frame pybox knows"))
 			<-r.c.stopped
@@ -466,8 +484,8 @@ func (f failingEngine) Wait(context.Context, string) (int, error)             { 
 func (f failingEngine) Inspect(context.Context, string) (containerState, error) {
 	return containerState{}, f.err
 }
-func (f failingEngine) KillSignals(context.Context, string, time.Time) ([]int, error) {
-	return nil, f.err
+func (f failingEngine) History(context.Context, string, time.Time) (containerHistory, error) {
+	return containerHistory{}, f.err
 }
 func (f failingEngine) Remove(context.Context, string) error { return f.err }
 func (f failingEngine) List(context.Context, map[string]string) ([]listedContainer, error) {

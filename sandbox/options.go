@@ -153,6 +153,13 @@ type Options struct {
 	// PoolMaxIdle replaces a pooled sandbox that waited this long; 0 means
 	// 5 minutes.
 	PoolMaxIdle time.Duration
+	// SessionMaxAge is the longest a session's sandbox lives: its runner
+	// ends it a little after, even when no server is left to; 0 means an
+	// hour.
+	SessionMaxAge time.Duration
+	// ReconcileInterval is how often the reconciler removes what should
+	// be gone (failed removals, orphans of dead servers); 0 means 30 s.
+	ReconcileInterval time.Duration
 	// Redact, when set, cleans each stream before it is cut to
 	// OutputLimit, so a secret is never cut in two at the truncation
 	// marker. It must be safe for concurrent use.
@@ -226,6 +233,12 @@ func (o Options) resolve() (resolved, error) {
 	}
 	if o.PoolMaxIdle == 0 {
 		o.PoolMaxIdle = DefaultPoolMaxIdle
+	}
+	if o.SessionMaxAge == 0 {
+		o.SessionMaxAge = time.Hour
+	}
+	if o.ReconcileInterval == 0 {
+		o.ReconcileInterval = DefaultReconcileInterval
 	}
 	if o.OutputsTmpfsBytes == 0 {
 		o.OutputsTmpfsBytes = DefaultOutputsTmpfsBytes

@@ -156,7 +156,7 @@ func (p *pool) prune(size int, maxIdle time.Duration) (stale []*box, short int, 
 func (s *Sandbox) prepare(preimport bool) (*box, error) {
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * engineCallTimeout)
-	b, fail := s.startBox(ctx, modeOnce, "pool-"+NewID()[:12], preimport, deadline)
+	b, fail := s.startBox(ctx, modeOnce, "pool-"+NewID()[:12], preimport, deadline, s.opt.PoolMaxIdle)
 	if fail != nil {
 		return nil, fail.Cause
 	}

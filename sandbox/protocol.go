@@ -9,6 +9,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -53,10 +54,14 @@ func appendFrame(b []byte, typ byte, payload []byte) []byte {
 
 // runnerConfig is the first frame the server sends.
 type runnerConfig struct {
-	Mode      string       `json:"mode"` // "once" or "session"
-	PreImport []string     `json:"preimport,omitempty"`
-	Flush     float64      `json:"flush"` // seconds between writes of buffered output
-	Limits    runnerLimits `json:"limits"`
+	Mode      string   `json:"mode"` // "once" or "session"
+	PreImport []string `json:"preimport,omitempty"`
+	Flush     float64  `json:"flush"` // seconds between writes of buffered output
+	// Expire is the seconds the runner lives without a call (a pooled or
+	// cold sandbox), or at all (a session's): then it stops everything
+	// and exits, whether or not a server is left to ask it.
+	Expire float64      `json:"expire"`
+	Limits runnerLimits `json:"limits"`
 }
 
 type runnerLimits struct {
@@ -66,8 +71,9 @@ type runnerLimits struct {
 	RequestBytes int `json:"request_bytes"`
 }
 
-// encodeRun is the frame that starts call seq.
-func encodeRun(seq int, req Request) ([]byte, error) {
+// encodeRun is the frame that starts call seq. In a one-call sandbox the
+// runner gives up expire after it.
+func encodeRun(seq int, req Request, expire time.Duration) ([]byte, error) {
 	type file struct {
 		Path string `json:"path"`
 		Size int    `json:"size"`
@@ -79,10 +85,11 @@ func encodeRun(seq int, req Request) ([]byte, error) {
 		size += len(f.Data)
 	}
 	head, err := json.Marshal(struct {
-		Seq   int    `json:"seq"`
-		Code  int    `json:"code"`
-		Files []file `json:"files"`
-	}{seq, len(req.Code), files})
+		Seq    int     `json:"seq"`
+		Code   int     `json:"code"`
+		Files  []file  `json:"files"`
+		Expire float64 `json:"expire"`
+	}{seq, len(req.Code), files, expire.Seconds()})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ownerID names this process: host, pid and the process's start time, so a
@@ -64,10 +65,24 @@ func ownerAlive(owner string) (alive, known bool) {
 	return true, true
 }
 
-// Reap removes the labelled containers that a server on this host left
-// behind when it died without cleaning up (SIGKILL, a crash, a power cut).
-// Containers of live servers, and of other hosts sharing the engine, are
-// left alone. It returns how many it removed.
+// Reconciler timing.
+const (
+	// DefaultReconcileInterval is how often the reconciler looks.
+	DefaultReconcileInterval = 30 * time.Second
+	// untrackedGrace is how old a container of this server must be, with
+	// no box of this server holding it, before the reconciler removes it.
+	untrackedGrace = time.Minute
+	// abandonedWatch is how long the reconciler looks for the container of
+	// a create pybox stopped waiting for.
+	abandonedWatch = 10 * time.Minute
+)
+
+// Reap removes what should be gone, once: the labelled containers that a
+// server on this host left behind when it died without cleaning up
+// (SIGKILL, a crash, a power cut), containers of this server whose removal
+// failed or that it no longer tracks. Containers of live servers, and of
+// other hosts sharing the engine, are left alone. It returns how many it
+// removed. The reconciler runs it every [Options.ReconcileInterval].
 func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 	lctx, cancel := withEngineTimeout(ctx)
 	defer cancel()
@@ -75,24 +90,74 @@ func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.mu.Lock()
+	tracked := make(map[string]bool, len(s.active))
+	for id := range s.active {
+		tracked[id] = true
+	}
+	failed := make([]string, 0, len(s.failed))
+	for id := range s.failed {
+		failed = append(failed, id)
+	}
+	abandoned := map[string]bool{}
+	for call, at := range s.abandoned {
+		if time.Since(at) > abandonedWatch {
+			delete(s.abandoned, call)
+		} else {
+			abandoned[call] = true
+		}
+	}
+	s.mu.Unlock()
 	n := 0
 	var errs []error
 	for _, c := range cs {
 		owner := c.Labels[LabelOwner]
-		if owner == s.owner {
-			continue
-		}
-		if alive, _ := ownerAlive(owner); alive {
-			continue
+		switch {
+		case owner == s.owner:
+			if tracked[c.ID] || time.Since(c.Created) < untrackedGrace && !abandoned[c.Labels[LabelCall]] {
+				continue
+			}
+		default:
+			if alive, _ := ownerAlive(owner); alive {
+				continue
+			}
 		}
 		if err := s.lst.Remove(lctx, c.ID); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		s.log.Info().Str("container", shortID(c.ID)).Str("owner", owner).Msg("removed a container left behind by an earlier server")
+		s.log.Info().Str("container", shortID(c.ID)).Str("owner", owner).Msg("removed a container nobody holds")
+		n++
+	}
+	// Removals that failed earlier (the engine was down), tried again.
+	for _, id := range failed {
+		if err := s.remove(lctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// reconcile runs Reap every interval until Close, as nomad's docker driver
+// reconciles its containers: nothing waits for another server to start.
+func (s *Sandbox) reconcile() {
+	defer close(s.reconciled)
+	t := time.NewTicker(s.opt.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if n, err := s.Reap(context.Background()); err != nil {
+			s.log.Debug().Err(err).Msg("reconciling containers failed; trying again later")
+		} else if n > 0 {
+			s.log.Info().Int("removed", n).Msg("the reconciler removed containers")
+		}
+	}
 }
 
 func withEngineTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -97,9 +97,13 @@ def _pybox_supervise():
         del inbuf[:5 + n]
         return chr(typ), payload
 
+    # The server sends its configuration as soon as it is attached; a
+    # server that stopped before it did is not waited for long.
     first = None
+    give_up = time.monotonic() + 30
     while first is None:
-        if not read_stdin():
+        left = give_up - time.monotonic()
+        if left <= 0 or not select.select([0], [], [], left)[0] or not read_stdin():
             os._exit(0)
         first = next_frame(1 << 16)
     if first[0] != "A":
@@ -111,6 +115,10 @@ def _pybox_supervise():
     max_file = int(lim.get("file_bytes", 10 << 20))
     max_total = int(lim.get("total_bytes", 20 << 20))
     max_request = int(lim.get("request_bytes", 12 << 20))
+    # When to give up on the server: it stops calls itself, and when it is
+    # gone its attach ends and stdin with it; this is for a server that
+    # is neither (stopped, stalled), so no sandbox runs on without one.
+    expire_at = time.monotonic() + float(cfg.get("expire", 3600))
 
     def oom_kills():
         # The memory cgroup's count of OOM kills (v1 or v2), or None where it
@@ -441,9 +449,11 @@ def _pybox_supervise():
     sent_ready = False
 
     def begin(payload):
-        nonlocal call, restarted_before
+        nonlocal call, restarted_before, expire_at
         head, _, rest = payload.partition(b"\n")
         req = json.loads(head)
+        if not session and "expire" in req:
+            expire_at = time.monotonic() + float(req["expire"])
         code_len = int(req["code"])
         code, blob = rest[:code_len], rest[code_len:]
         call = {"seq": int(req["seq"]), "start": time.monotonic(), "oom": oom_kills(), "before": {}}
@@ -513,10 +523,14 @@ def _pybox_supervise():
             worker_ended()
             stopped = False
             continue
+        left = expire_at - time.monotonic()
+        if left <= 0:
+            kill_all()
+            os._exit(0)
         rl = [0, wake_r] + [fd for fd in (worker.out_r, worker.err_r, worker.st_r) if fd in worker.open]
         wl = [worker.code_w] if worker.pending else []
         try:
-            r, w, _ = select.select(rl, wl, [])
+            r, w, _ = select.select(rl, wl, [], left)
         except InterruptedError:
             continue
         if 0 in r and not read_stdin():

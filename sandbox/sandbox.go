@@ -128,8 +128,15 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	active map[string]struct{} // container ids alive now
+	// failed are the containers whose removal failed, retried by the
+	// reconciler.
+	failed map[string]time.Time
+	// abandoned are the call ids of creates pybox stopped waiting for: the
+	// engine may still make their containers, which never start.
+	abandoned map[string]time.Time
 
-	pool *pool
+	pool       *pool
+	reconciled chan struct{} // closed when the reconciler has stopped
 }
 
 // engineParts are the engine as each part of the package uses it.
@@ -170,8 +177,12 @@ func newSandbox(opt Options, eng engineParts, log zerolog.Logger) (*Sandbox, err
 		uids:        newUIDPool(r.fixedUser, r.UIDBase, r.UIDCount),
 		stop:        make(chan struct{}),
 		active:      map[string]struct{}{},
+		failed:      map[string]time.Time{},
+		abandoned:   map[string]time.Time{},
+		reconciled:  make(chan struct{}),
 	}
 	s.startPool()
+	go s.reconcile()
 	return s, nil
 }
 
@@ -238,7 +249,7 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 	}
 	if b == nil {
 		var fail *Result
-		if b, fail = s.startBox(ctx, modeOnce, req.CallID, false, deadline); fail != nil {
+		if b, fail = s.startBox(ctx, modeOnce, req.CallID, false, deadline, time.Until(deadline)); fail != nil {
 			s.lim.release()
 			return s.said(*fail)
 		}
@@ -288,7 +299,7 @@ func (s *Sandbox) notRun(err error, waited time.Duration) Result {
 func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time) Result {
 	b.seq++
 	out := newCallOut(b.seq, s.opt.OutputLimit, s.opt.Redact)
-	frame, err := encodeRun(b.seq, req)
+	frame, err := encodeRun(b.seq, req, time.Until(deadline)+runnerMargin)
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
 	}
@@ -296,18 +307,28 @@ func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arriv
 		return failure(ErrSandboxUnavailable, err, "pybox: "+err.Error())
 	}
 	handover := time.Now()
-	if err := b.conn.sendRaw(frame); err != nil {
-		b.conn.close(fmt.Errorf("writing the call to the sandbox: %w", err))
-	}
+	// Written in the background: a stalled engine blocks the write, and
+	// the call's clock is the server's own.
+	go func() {
+		if err := b.conn.sendRaw(frame); err != nil {
+			b.conn.close(fmt.Errorf("writing the call to the sandbox: %w", err))
+		}
+	}()
 	reason := s.await(ctx, b, out, deadline)
 	return s.outcome(ctx, b, out, reason, req, handover.Sub(arrival), time.Since(handover))
 }
 
-// Graces after asking a call to stop.
+// Graces after asking a call to stop: together at most 2 s past its
+// deadline, whatever the engine does.
 const (
-	// stopGrace is how long the runner may take to stop the code and send
-	// what it printed after a stop frame.
-	stopGrace = 2 * time.Second
+	// interruptGrace is how long a session's code may take to stop after
+	// an interrupt, as after Ctrl-C, before its Python is restarted.
+	interruptGrace = time.Second
+	// stopGrace is how long the runner may take to stop the code and
+	// send what it printed after a stop frame.
+	stopGrace = 1500 * time.Millisecond
+	// stuckCheck bounds the look at a sandbox whose runner did not answer.
+	stuckCheck = 400 * time.Millisecond
 )
 
 // await waits for the call's end, or stops it at its deadline, on
@@ -340,25 +361,54 @@ func (s *Sandbox) await(ctx context.Context, b *box, out *callOut, deadline time
 			return false
 		}
 	}
+	// Frames go in the background: a write to a stalled engine blocks.
+	send := func(typ byte) { go b.conn.send(typ, nil) }
+	stop := stopGrace
 	if b.mode == modeSession {
-		// As Ctrl-C would: the code gets KeyboardInterrupt and a grace to stop.
-		if b.conn.send(frameInterrupt, nil) == nil && wait(sessionGrace) {
+		// As Ctrl-C would: the code gets KeyboardInterrupt and a grace.
+		send(frameInterrupt)
+		if wait(interruptGrace) {
 			return reason
 		}
+		stop = 2*time.Second - interruptGrace - stuckCheck
 	}
-	if b.conn.send(frameStop, nil) == nil && wait(stopGrace) {
+	send(frameStop)
+	if wait(stop) {
 		return reason
 	}
-	// The runner does not answer (stopped, or stalled with its engine).
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
-	if err := s.ctr.Kill(kctx, b.id); err != nil {
-		s.log.Warn().Str("container", shortID(b.id)).Err(err).Msg("killing a sandbox that did not stop failed")
-	}
+	// The runner does not answer: frozen from outside, or its engine
+	// stalled. A brief look says which, before the sandbox is killed and
+	// removed in the background.
+	b.conn.close(errors.New("the sandbox did not answer a stop"))
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stuckCheck)
+	st, err := s.ctr.Inspect(ictx, b.id)
 	cancel()
-	if !wait(killGrace) {
-		b.conn.close(errors.New("the sandbox did not stop"))
+	switch {
+	case err == nil && st.Paused:
+		b.stuck.Store(stuckPaused)
+	default:
+		b.stuck.Store(stuckSilent)
 	}
+	s.background(func() {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
+		defer cancel()
+		if err := s.ctr.Kill(kctx, b.id); err != nil {
+			s.log.Warn().Str("container", shortID(b.id)).Err(err).Msg("killing a sandbox that did not stop failed; the reconciler removes it")
+		}
+	})
 	return reason
+}
+
+// background runs f as work Close waits for, or now when Close has begun.
+func (s *Sandbox) background(f func()) {
+	if !s.work.enter() {
+		f()
+		return
+	}
+	go func() {
+		defer s.work.leave()
+		f()
+	}()
 }
 
 // outcome turns what came back from the runner into the call's Result.
@@ -423,6 +473,14 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 		res.ExitCode, res.Error = ExitNotRun, ErrCancelled
 		res.Cause = context.Cause(ctx)
 	}
+	switch {
+	case r != nil:
+	case b.stuck.Load() == stuckPaused:
+		res.Error, res.Cause = ErrSandboxLost, errors.New("paused from outside")
+		note("pybox: the sandbox was paused from outside pybox (`docker pause`), so the code could not finish; it was removed.")
+	case b.stuck.Load() == stuckSilent:
+		note("pybox: the sandbox did not answer when asked to stop (its engine at %s may be stalled); it is removed in the background.", s.ctr.Host())
+	}
 	if r == nil && reason == ErrNone {
 		if b.dying.Load() {
 			res.ExitCode, res.Error = ExitNotRun, ErrCancelled
@@ -484,6 +542,9 @@ func (s *Sandbox) noteProcesses(res *Result, r *report, session bool) {
 	}
 }
 
+// historyWait bounds the wait for the engine's account of a sandbox's end.
+const historyWait = 2 * time.Second
+
 // lost says, from the engine, why a sandbox's runner went away in the
 // middle of a call.
 func (s *Sandbox) lost(ctx context.Context, b *box, res *Result) {
@@ -491,47 +552,64 @@ func (s *Sandbox) lost(ctx context.Context, b *box, res *Result) {
 		res.Stderr = appendNote(res.Stderr, s.redact(fmt.Sprintf(format, a...)))
 	}
 	cerr := b.conn.Err()
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
-	defer cancel()
 	if errors.Is(cerr, errProtocol) {
-		_ = s.ctr.Kill(ictx, b.id)
+		s.background(func() { s.remove(context.WithoutCancel(ctx), b.id) })
 		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, cerr
 		note("pybox: the sandbox's output broke pybox's protocol, so it was stopped; stdout and stderr hold what came before.")
 		return
 	}
-	wctx, wcancel := context.WithTimeout(ictx, killGrace)
-	_, _ = s.ctr.Wait(wctx, b.id)
-	wcancel()
-	st, err := s.ctr.Inspect(ictx, b.id)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyWait)
+	h, err := s.ctr.History(hctx, b.id, b.started)
+	cancel()
 	switch {
-	case errors.Is(err, errGone) || err == nil && st.Removing:
-		res.ExitCode, res.Error, res.Cause = ExitKilled, ErrSandboxLost, err
-		note("pybox: the sandbox's container was removed by something other than pybox (`docker rm -f`, say) while the code ran; stdout and stderr hold what came before.")
-		return
-	case err != nil:
+	case err != nil && !h.Died && len(h.Kills) == 0:
 		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, errors.Join(cerr, err)
-		note("pybox: the connection to the sandbox broke and the engine at %s did not say why (%s); stdout and stderr hold what came before.", s.ctr.Host(), clip(err.Error(), 300))
-		return
-	case st.OOMKilled:
+		note("pybox: the connection to the sandbox broke and the engine at %s did not say why (it may have stopped or be restarting); stdout and stderr hold what came before.", s.ctr.Host())
+	case h.OOM:
 		res.ExitCode, res.Error = ExitKilled, ErrMemoryLimit
 		note("pybox: the code was killed for using more than its %d MiB memory limit.", s.opt.MemoryBytes>>20)
-		return
-	}
-	res.ExitCode = st.ExitCode
-	sigs, kerr := s.ctr.KillSignals(ictx, b.id, b.started)
-	switch {
-	case len(sigs) > 0:
-		res.Error, res.Cause = ErrSandboxLost, cerr
-		note("pybox: the sandbox was killed from outside pybox (signal %d, as `docker kill` sends) while the code ran; stdout and stderr hold what came before.", sigs[0])
-	case kerr == nil && st.ExitCode > 128:
+	case len(h.Kills) > 0:
+		res.ExitCode, res.Error, res.Cause = 128+h.Kills[len(h.Kills)-1], ErrSandboxLost, cerr
+		if h.Died {
+			res.ExitCode = h.ExitCode
+		}
+		note("pybox: the sandbox was killed from outside pybox (%s) while the code ran; stdout and stderr hold what came before.", describeKills(h.Kills))
+	case !h.Died:
+		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, cerr
+		note("pybox: the connection to the sandbox broke and the engine did not report its end; stdout and stderr hold what came before.")
+	case h.ExitCode > 128:
 		// Nothing outside asked for it: the code itself killed the
 		// sandbox's runner, which gVisor lets it do (runc does not).
-		note("pybox: the code killed the sandbox's runner (signal %d), which ended the sandbox; stdout and stderr hold what it printed before.", st.ExitCode-128)
+		res.ExitCode = h.ExitCode
+		note("pybox: the code killed the sandbox's runner (signal %d), which ended the sandbox; stdout and stderr hold what it printed before.", h.ExitCode-128)
 	default:
-		res.Error, res.Cause = ErrSandboxLost, errors.Join(cerr, kerr)
-		s.log.Warn().Str("container", shortID(b.id)).Int("exit_code", st.ExitCode).Str("runner_stderr", s.redact(b.conn.diagText())).Msg("a sandbox's runner stopped in the middle of a call")
-		note("pybox: the sandbox's runner stopped (exit status %d) in the middle of the call; stdout and stderr hold what came before.", st.ExitCode)
+		res.ExitCode, res.Error, res.Cause = h.ExitCode, ErrSandboxLost, cerr
+		s.log.Warn().Str("container", shortID(b.id)).Int("exit_code", h.ExitCode).Str("runner_stderr", s.redact(b.conn.diagText())).Msg("a sandbox's runner stopped in the middle of a call")
+		note("pybox: the sandbox's runner stopped (exit status %d) in the middle of the call; stdout and stderr hold what came before.", h.ExitCode)
 	}
+}
+
+// describeKills names the signals sent from outside and who sends them.
+func describeKills(sigs []int) string {
+	names := map[int]string{9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
+	var parts []string
+	for _, n := range sigs {
+		name := names[n]
+		if name == "" {
+			name = fmt.Sprintf("signal %d", n)
+		}
+		if len(parts) == 0 || parts[len(parts)-1] != name {
+			parts = append(parts, name)
+		}
+	}
+	who := "an operator or the engine"
+	switch strings.Join(parts, ",") {
+	case "SIGKILL":
+		who = "`docker kill` or `docker rm -f` send it"
+	case "SIGTERM,SIGKILL", "SIGTERM":
+		who = "`docker stop` and the engine's own shutdown send these"
+	}
+	return strings.Join(parts, ", then ") + ": " + who
 }
 
 // said redacts the message of a result that holds no output of the code,
@@ -585,6 +663,7 @@ func (s *Sandbox) engineFailure(ctx context.Context, err error, deadline time.Ti
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.closePool()
+	<-s.reconciled
 	select {
 	case <-s.work.close():
 	case <-ctx.Done():

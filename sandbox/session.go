@@ -41,7 +41,7 @@ func (s *Sandbox) StartSession(ctx context.Context) (*Session, Result) {
 	}
 	defer s.work.leave()
 	deadline := time.Now().Add(engineCallTimeout)
-	b, fail := s.startBox(ctx, modeSession, NewID(), false, deadline)
+	b, fail := s.startBox(ctx, modeSession, NewID(), false, deadline, s.opt.SessionMaxAge)
 	if fail != nil {
 		return nil, s.said(*fail)
 	}
@@ -112,7 +112,7 @@ func (se *Session) end(ctx context.Context, reason string) {
 	}
 	se.over, se.reason = true, reason
 	se.mu.Unlock()
-	se.s.destroy(ctx, se.b)
+	se.s.destroyLater(ctx, se.b)
 }
 
 // Close ends the session and removes its container.
