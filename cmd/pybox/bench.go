@@ -23,7 +23,7 @@ import (
 	"github.com/pybox/pybox/server"
 )
 
-const benchUsage = `Usage: pybox bench [latency|output] [flags]
+const benchUsage = `Usage: pybox bench [latency|output|load] [flags]
 
   latency  (the default) pool off against pool on, in one process: p50 and p95
            latency of a call through MCP for print(1), a pandas snippet and a
@@ -32,6 +32,10 @@ const benchUsage = `Usage: pybox bench [latency|output] [flags]
   output   the time to print --lines lines through pybox, cold and pooled,
            against a plain ` + "`docker run`" + ` of the same code with the same
            image, under each runtime the engine has
+  load     --calls calls at --concurrency through a real ` + "`pybox serve`" + ` over
+           Streamable HTTP, each from a client of its own: correct answers,
+           error kinds, latency percentiles, calls per second, the server's
+           peak memory and the containers it left
 
 Each prints a Markdown table on stdout.`
 
@@ -45,6 +49,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchLatency(ctx, args, stdout, stderr)
 	case "output":
 		return benchOutput(ctx, args, stdout, stderr)
+	case "load":
+		return benchLoad(ctx, args, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "pybox bench: unknown benchmark %q\n\n%s\n", mode, benchUsage)
 		return 2

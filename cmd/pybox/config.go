@@ -20,9 +20,10 @@ import (
 // config is every setting of the command, from flags and PYBOX_* variables.
 type config struct {
 	// Serving.
-	transport string
-	addr      string
-	authToken string
+	transport       string
+	addr            string
+	authToken       string
+	maxRequestBytes byteSize
 
 	// Logging.
 	logLevel  string
@@ -66,6 +67,9 @@ type config struct {
 	pool        int
 	preImport   stringList
 	poolMaxIdle time.Duration
+
+	// Cleanup.
+	reconcileInterval time.Duration
 
 	// Sessions.
 	maxSessions   int
@@ -115,6 +119,8 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 		fs.StringVar(&cfg.transport, "transport", "stdio", "MCP transport: stdio, http (Streamable HTTP on /mcp) or sse (/sse and /message)")
 		fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8765", "address for the http and sse transports")
 		fs.StringVar(&cfg.authToken, "auth-token", "", "bearer token every HTTP request must carry (required off loopback)")
+		cfg.maxRequestBytes = byteSize(defaultMaxRequestBytes(sandbox.DefaultMaxInputBytes))
+		fs.Var(&cfg.maxRequestBytes, "max-request-bytes", "the largest HTTP request body, refused before it is read; left at its default, it follows --max-input-bytes (room for the largest valid call)")
 	}
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
@@ -151,6 +157,7 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.maxOutputFiles, "max-output-files", sandbox.DefaultMaxOutputFiles, "output files that come back from one call")
 	fs.Var(&cfg.maxOutputFileBytes, "max-output-file-bytes", "one output file")
 	fs.Var(&cfg.maxOutputBytes, "max-output-bytes", "output files of one call together")
+	fs.DurationVar(&cfg.reconcileInterval, "reconcile-interval", sandbox.DefaultReconcileInterval, "how often removals that failed are retried and containers of dead servers on this host removed")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "live sessions (session_id \"new\") at most")
 	fs.DurationVar(&cfg.sessionIdle, "session-idle", server.DefaultSessionIdle, "a session unused this long ends")
 	fs.DurationVar(&cfg.sessionMaxAge, "session-max-age", server.DefaultSessionMaxAge, "a session this old ends")
@@ -241,6 +248,8 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		PoolSize:           c.pool,
 		PreImport:          c.preImportList(),
 		PoolMaxIdle:        c.poolMaxIdle,
+		SessionMaxAge:      c.sessionMaxAge,
+		ReconcileInterval:  c.reconcileInterval,
 	}
 }
 
@@ -285,6 +294,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--pool must not be negative")
 	case c.maxSessions <= 0 || c.sessionIdle <= 0 || c.sessionMaxAge <= 0:
 		return fmt.Errorf("the session limits must be positive")
+	case c.reconcileInterval <= 0:
+		return fmt.Errorf("--reconcile-interval must be positive")
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:
 		return fmt.Errorf("the file limits must be positive")
 	}
@@ -295,7 +306,17 @@ func (c *config) validate() error {
 		return fmt.Errorf("--uid-range %q: give FIRST-LAST, such as 2000000000-2000999999", c.uidRange)
 	}
 	c.uidBase, c.uidCount = lo, hi-lo+1
+	if c.maxRequestBytes == byteSize(defaultMaxRequestBytes(sandbox.DefaultMaxInputBytes)) {
+		c.maxRequestBytes = byteSize(defaultMaxRequestBytes(int64(c.maxInputBytes)))
+	}
 	return nil
+}
+
+// defaultMaxRequestBytes is a little above the largest valid call: the
+// code at its limit, twice over for JSON escapes, the input files in
+// base64, and a MiB for the rest of the JSON.
+func defaultMaxRequestBytes(maxInput int64) int64 {
+	return 2*sandbox.MaxCodeBytes + (maxInput+2)/3*4 + 1<<20
 }
 
 func (c *config) redactor() (*redact.Redactor, error) {

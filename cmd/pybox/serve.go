@@ -9,6 +9,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +64,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	logger.Info().Str("transport", cfg.transport).Str("version", version()).
 		Str("image", sb.Image()).Str("engine", sb.EngineHost()).Msg("pybox serving")
+	go returnMemory(ctx, sb)
 	switch cfg.transport {
 	case "stdio":
 		err = serveStdio(ctx, mcp, cfg, stdin, stdout, logger)
@@ -139,16 +142,17 @@ func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerol
 	mcp := srv.MCP()
 	mux := http.NewServeMux()
 	auth := bearerAuth(cfg.authToken)
+	limit := limitBody(int64(cfg.maxRequestBytes))
 	switch cfg.transport {
 	case "http":
 		// An MCP session (and so its Python sessions) ends when the client
 		// deletes it, or when it has been idle as long as a Python session may.
 		h := mcpserver.NewStreamableHTTPServer(mcp, mcpserver.WithEndpointPath("/mcp"), mcpserver.WithStateful(true), mcpserver.WithSessionIdleTTL(cfg.sessionIdle))
-		mux.Handle("/mcp", auth(endSessionsOnDelete(h, srv)))
+		mux.Handle("/mcp", auth(limit(endSessionsOnDelete(h, srv))))
 	case "sse":
 		s := mcpserver.NewSSEServer(mcp)
-		mux.Handle("/sse", auth(s.SSEHandler()))
-		mux.Handle("/message", auth(s.MessageHandler()))
+		mux.Handle("/sse", auth(limit(s.SSEHandler())))
+		mux.Handle("/message", auth(limit(s.MessageHandler())))
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -183,6 +187,54 @@ func endSessionsOnDelete(next http.Handler, srv *server.Server) http.Handler {
 			srv.EndSessionsOf(context.WithoutCancel(r.Context()), r.Header.Get("Mcp-Session-Id"))
 		}
 	})
+}
+
+// limitBody refuses a request whose body is over max bytes: at once when
+// its Content-Length says so, before any of it is read, and as soon as a
+// body of unknown length passes it.
+func limitBody(max int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > max {
+				tooLarge(w, r.ContentLength, max)
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, max)
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// tooLarge answers 413 with a JSON-RPC error that says the limit.
+func tooLarge(w http.ResponseWriter, size, max int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"pybox: the request body is %d bytes; at most %d are accepted (--max-request-bytes: the code limit and the input file limit, base64-encoded, with room for JSON). Send less data, or raise --max-input-bytes."}}`+"\n", size, max)
+}
+
+// returnMemory gives the memory a burst of calls used back to the system
+// once the server is idle: Go's runtime returns freed memory only slowly
+// and collects garbage only when it allocates, so an idle server would
+// keep the high-water mark of the burst for minutes.
+func returnMemory(ctx context.Context, sb *sandbox.Sandbox) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	var m runtime.MemStats
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if running, waiting, _ := sb.Stats(); running > 0 || waiting > 0 {
+			continue
+		}
+		runtime.ReadMemStats(&m)
+		if m.HeapSys-m.HeapReleased > 64<<20 {
+			debug.FreeOSMemory()
+		}
+	}
 }
 
 // checkExposure refuses to serve HTTP off loopback without a token.
