@@ -1,66 +1,25 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
-
 	"github.com/pybox/pybox/internal/testenv"
 )
 
-// engineAnswers reports whether a Docker engine answers a ping.
-func engineAnswers() bool {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return false
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err = cli.Ping(ctx)
-	return err == nil
-}
-
-// startEngine runs the project's own script that starts dockerd.
-func startEngine(t *testing.T) {
-	t.Helper()
-	out, err := exec.Command("bash", "../../scripts/ensure-docker.sh").CombinedOutput()
-	if err != nil {
-		t.Fatalf("restarting the engine: %v\n%s", err, out)
-	}
-}
-
-// TestEngineStoppedAndBack stops the real Docker engine under a running
+// TestEngineStoppedAndBack stops a real Docker engine under a running
 // server, calls, starts the engine again and calls again, without
-// restarting the server. It needs to own dockerd, so it runs only where
-// PYBOX_TEST_ENGINE_CONTROL is set (scripts/test.sh sets it when it runs
-// as root beside a dockerd it can restart).
+// restarting the server. The engine is the test binary's own
+// (testenv.Private), stopped and started by the pid it started.
 func TestEngineStoppedAndBack(t *testing.T) {
-	if os.Getenv("PYBOX_TEST_ENGINE_CONTROL") == "" {
-		t.Skip("stopping the engine needs PYBOX_TEST_ENGINE_CONTROL=1 (set by scripts/test.sh as root)")
-	}
-	testenv.Engine(t, image())
-	p := startProc(t, nil)
+	e := testenv.Private(t, image())
+	p := startProc(t, []string{"DOCKER_HOST=" + e.Host})
 	if a := p.runPython(map[string]any{"code": "print(1)"}, 60*time.Second); a.Result.StructuredContent["stdout"] != "1\n" {
 		t.Fatalf("before the stop: %v", a.Result.StructuredContent)
 	}
-
-	t.Cleanup(func() {
-		if !engineAnswers() {
-			startEngine(t)
-		}
-	})
-	if out, err := exec.Command("pkill", "-TERM", "-x", "dockerd").CombinedOutput(); err != nil {
-		t.Fatalf("stopping dockerd: %v %s", err, out)
-	}
-	waitFor(t, "dockerd to stop", 60*time.Second, func() bool {
-		return !engineAnswers() && exec.Command("pgrep", "-x", "dockerd").Run() != nil
-	})
+	t.Cleanup(func() { e.Start() })
+	e.Stop()
 
 	start := time.Now()
 	a := p.runPython(map[string]any{"code": "print(1)"}, 60*time.Second)
@@ -74,7 +33,9 @@ func TestEngineStoppedAndBack(t *testing.T) {
 	}
 	t.Logf("answer with the engine stopped came in %v: %s", time.Since(start).Round(time.Millisecond), stderr)
 
-	startEngine(t)
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
 	a = p.runPython(map[string]any{"code": "print(1)"}, 60*time.Second)
 	if a.Result.StructuredContent["stdout"] != "1\n" || a.Result.IsError {
 		t.Errorf("after the engine came back: %v", a.Result.StructuredContent)
