@@ -42,9 +42,10 @@ with open(path, "w") as f:
     json.dump(cfg, f, indent=2)
 PY
 
-if pid="$(pgrep -x dockerd)"; then
+# The engine that answers on the default socket writes its pid here.
+if [ -f /var/run/docker.pid ] && pid="$(cat /var/run/docker.pid)" && kill -0 "$pid" 2>/dev/null; then
   log "reloading dockerd ($pid)"
-  kill -HUP $pid
+  kill -HUP "$pid"
 else
   bash "$(dirname "${BASH_SOURCE[0]}")/ensure-docker.sh"
 fi
