@@ -35,6 +35,7 @@ type fakeEngine struct {
 	createErr   error
 	neverReady  bool // runners never say they are ready
 	readyDelay  time.Duration
+	removeFails int // Remove fails this many more times
 }
 
 type fakeContainer struct {
@@ -200,6 +201,13 @@ func (f *fakeEngine) History(ctx context.Context, id string, since time.Time) (c
 }
 
 func (f *fakeEngine) Remove(ctx context.Context, id string) error {
+	f.mu.Lock()
+	if f.removeFails > 0 {
+		f.removeFails--
+		f.mu.Unlock()
+		return errors.New("the engine is restarting")
+	}
+	f.mu.Unlock()
 	c, err := f.get(id)
 	if err != nil {
 		return nil

@@ -341,6 +341,26 @@ func TestFakeClose(t *testing.T) {
 	}
 }
 
+// TestFakeReconcilerRetriesRemovals: a removal that failed (the engine was
+// restarting) is tried again by the reconciler, without a new server.
+func TestFakeReconcilerRetriesRemovals(t *testing.T) {
+	s, f := newFake(t, Options{ReconcileInterval: 50 * time.Millisecond})
+	f.mu.Lock()
+	f.removeFails = 3
+	f.mu.Unlock()
+	// A session's container: it exits only when removed.
+	se, res := s.StartSession(context.Background())
+	if se == nil {
+		t.Fatal(res.Stderr)
+	}
+	se.Close(context.Background())
+	waitFor(t, "the reconciler to remove it", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return f.live() == 0 && len(s.failed) == 0 && len(s.active) == 0
+	})
+}
+
 // TestInflightRefusesAfterClose: work that arrives after Close is refused,
 // never counted after Close has stopped counting.
 func TestInflightRefusesAfterClose(t *testing.T) {

@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdDoctor(ctx, args, stdout, stderr)
 	case "bench":
 		return cmdBench(ctx, args, stdout, stderr)
+	case "janitor":
+		return cmdJanitor(ctx, args, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "pybox", version())
 		return 0

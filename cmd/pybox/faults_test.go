@@ -224,7 +224,8 @@ func startServer(t *testing.T, args ...string) *serveProc {
 // TestFaultServerKilled: a server killed with SIGKILL, four calls in
 // flight and its pool waiting, leaves nothing for long with no new server
 // started: each runner ends when its attach does, and the engine removes
-// the container.
+// the container; a container made but not yet started (a refill the kill
+// interrupted) is removed by the server's janitor.
 func TestFaultServerKilled(t *testing.T) {
 	testenv.Engine(t, image())
 	p := startRaw(t, "PYBOX_POOL=2", "PYBOX_MAX_CONCURRENT=4")
@@ -234,6 +235,10 @@ func TestFaultServerKilled(t *testing.T) {
 	}
 	waitFor(t, "four calls and the pool", 60*time.Second, func() bool { return len(containersOf(t, p.ownerPrefix())) >= 6 })
 	prefix := p.ownerPrefix()
+	owner := prefix + procStarted(p.cmd.Process.Pid)
+	if out, err := exec.Command("docker", "create", "--label", "pybox.managed=true", "--label", "pybox.owner="+owner, image(), "true").CombinedOutput(); err != nil {
+		t.Fatalf("creating a container as the server would: %v %s", err, out)
+	}
 	killed := time.Now()
 	p.cmd.Process.Kill()
 	<-p.exited

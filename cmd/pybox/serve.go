@@ -59,6 +59,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 2
 	}
 	startupChecks(ctx, sb, cfg.runtime, logger)
+	startJanitor()
 	srv := server.New(cfg.serverOptions(sb, rd, logger))
 	mcp := srv.MCP()
 
