@@ -25,10 +25,22 @@
 // the input is. gitleaks' own logging, which prints raw secrets, is
 // silenced.
 //
+// # Cost
+//
+// Redacting is linear in the text's size: every rule runs only on windows
+// around its keywords (or around runs of encoded-looking text, for
+// gitleaks' decoding), windows are merged up to [maxWindow] bytes, and the
+// secrets found are replaced everywhere in one pass per distinct length.
+// The constant depends on the text: text full of credential-like
+// assignments is the slowest case (gitleaks' generic-api-key rule).
+// [Redactor.StringContext] stops at its context's end and says so, so a
+// caller with a deadline can withhold what it could not redact.
+//
 // The package imports no other package of pybox.
 package redact
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -117,8 +129,9 @@ func LoadFile(path string, opt *Options) error {
 
 // Redactor replaces secrets in text.
 type Redactor struct {
-	known *strings.Replacer
-	rules []rule
+	known      *strings.Replacer
+	knownForms []string
+	rules      []rule
 	// keywords finds, in one pass, the keywords of pybox's rules
 	// (keywordRules maps each pattern to its rules) and of gitleaks' rules
 	// (marked in gitleaksKeyword).
@@ -239,7 +252,7 @@ func New(opt Options) (*Redactor, error) {
 		cfg.Rules = make(map[string]config.Rule, len(base.Rules))
 		for id, ru := range base.Rules {
 			if !disabled[id] {
-				cfg.Rules[id] = ru
+				cfg.Rules[id] = fastRule(ru)
 			}
 		}
 		r.det = detect.NewDetector(cfg)
@@ -283,8 +296,24 @@ func New(opt Options) (*Redactor, error) {
 			args = append(args, f, "[REDACTED:"+KnownKind+"]")
 		}
 		r.known = strings.NewReplacer(args...)
+		r.knownForms = forms
 	}
 	return r, nil
+}
+
+// lazyPrefix opens 96 of gitleaks' rules: up to 50 word bytes before the
+// keyword, lazily. It only moves a match's start back, never changes which
+// secret is found, and makes Go's regexp machine keep up to 50 threads alive
+// on every word: dropped, the rules run several times faster.
+const lazyPrefix = `(?i)[\w.-]{0,50}?`
+
+func fastRule(ru config.Rule) config.Rule {
+	if ru.Regex != nil && strings.HasPrefix(ru.Regex.String(), lazyPrefix) {
+		if re, err := regexp.Compile("(?i)" + strings.TrimPrefix(ru.Regex.String(), lazyPrefix)); err == nil {
+			ru.Regex = re
+		}
+	}
+	return ru
 }
 
 // MustNew is [New] for options known to be valid; it panics otherwise.
@@ -362,11 +391,33 @@ func SecretEnvValues(environ []string) []string {
 
 // String returns s with every secret found replaced by [REDACTED:<kind>].
 func (r *Redactor) String(s string) string {
+	out, _ := r.redact(context.Background(), s, false)
+	return out
+}
+
+// StringContext is [Redactor.String] that stops when ctx ends: it returns
+// ctx's error, and then the text must not be used.
+func (r *Redactor) StringContext(ctx context.Context, s string) (string, error) {
+	return r.redact(ctx, s, false)
+}
+
+// MaskContext replaces every secret found with as many '*' bytes as it
+// has, for data whose layout must stay (binary files): the length does not
+// change. It stops when ctx ends, as StringContext does.
+func (r *Redactor) MaskContext(ctx context.Context, s string) (string, error) {
+	return r.redact(ctx, s, true)
+}
+
+func (r *Redactor) redact(ctx context.Context, s string, mask bool) (string, error) {
 	if r == nil || s == "" {
-		return s
+		return s, nil
 	}
 	if r.known != nil {
-		s = r.known.Replace(s)
+		if mask {
+			s = replaceSpans(s, allKnown(s, r.knownForms), true)
+		} else {
+			s = r.known.Replace(s)
+		}
 	}
 	// One pass finds every keyword of pybox's rules; each rule's regex then
 	// runs only near its own keywords.
@@ -384,12 +435,19 @@ func (r *Redactor) String(s string) string {
 	}
 	var spans []span
 	for i, ru := range r.rules {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
 		spans = append(spans, ru.find(s, hits[i])...)
 	}
 	if r.det != nil {
-		spans = append(spans, r.gitleaks(s, leaks)...)
+		found, err := r.gitleaks(ctx, s, leaks)
+		if err != nil {
+			return "", err
+		}
+		spans = append(spans, found...)
 	}
-	return replaceSpans(s, spans)
+	return replaceSpans(s, spans, mask), nil
 }
 
 // defaultReach is how far past its keyword a token may run.
@@ -430,13 +488,18 @@ func (ru rule) find(s string, hits []int) []span {
 	for i := 0; i < len(hits); i += 2 {
 		ws = append(ws, widen(s, hits[i]-max(ru.back, 2), hits[i]+hits[i+1]+reach))
 	}
-	for _, w := range mergeWindows(ws) {
+	for _, w := range mergeWindows(ws, maxWindow) {
 		for _, m := range ru.re.FindAllStringSubmatchIndex(s[w.start:w.end], -1) {
 			add(w.start, m)
 		}
 	}
 	return spans
 }
+
+// maxWindow bounds a merged window: a rule's regex never runs over more of
+// the text at once, so its cost stays linear and a deadline is checked
+// often. Windows that would grow past it start anew, overlapping the last.
+const maxWindow = 64 << 10
 
 // schemeBefore reports whether a URL scheme of 2 to 21 letters, digits,
 // '+', '-' or '.' ends at i.
@@ -495,7 +558,7 @@ func lineAround(s string, at, n int) window {
 	return window{max(0, start), min(len(s), end)}
 }
 
-func mergeWindows(ws []window) []window {
+func mergeWindows(ws []window, limit int) []window {
 	if len(ws) < 2 {
 		return ws
 	}
@@ -503,7 +566,7 @@ func mergeWindows(ws []window) []window {
 	out := ws[:1]
 	for _, w := range ws[1:] {
 		last := &out[len(out)-1]
-		if w.start <= last.end {
+		if w.start <= last.end && max(last.end, w.end)-last.start <= limit {
 			last.end = max(last.end, w.end)
 			continue
 		}
@@ -539,7 +602,7 @@ type span struct {
 // passes). A finding's secret is replaced wherever it occurs; a finding in
 // decoded text, whose secret does not occur as such, has its encoded span
 // replaced.
-func (r *Redactor) gitleaks(s string, hits []int) []span {
+func (r *Redactor) gitleaks(ctx context.Context, s string, hits []int) ([]span, error) {
 	var ws []window
 	for i := 0; i < len(hits); i += 2 {
 		at, n := hits[i], hits[i+1]
@@ -558,17 +621,24 @@ func (r *Redactor) gitleaks(s string, hits []int) []span {
 	}
 	if r.det.MaxDecodeDepth > 0 {
 		for _, w := range encodedRuns(s, 16) {
-			ws = append(ws, widen(s, w.start-64, w.end+64))
+			ws = append(ws, runWindows(s, w)...)
 		}
 	}
 	var spans []span
 	secrets := map[string]string{}
-	for _, w := range mergeWindows(ws) {
+	for _, w := range mergeWindows(ws, maxWindow) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		text := s[w.start:w.end]
 		var newlines []int
-		for _, f := range r.det.DetectString(text) {
+		findings := r.det.DetectContext(ctx, detect.Fragment{Raw: text})
+		if err := ctx.Err(); err != nil {
+			return nil, err // findings cut short
+		}
+		for _, f := range findings {
 			kind := f.RuleID
-			if f.Secret != "" && strings.Contains(s, f.Secret) && !strings.HasPrefix(f.Secret, "[REDACTED:") {
+			if f.Secret != "" && strings.Contains(text, f.Secret) && !strings.HasPrefix(f.Secret, "[REDACTED:") {
 				if _, ok := secrets[f.Secret]; !ok {
 					secrets[f.Secret] = kind
 				}
@@ -585,11 +655,92 @@ func (r *Redactor) gitleaks(s string, hits []int) []span {
 			}
 		}
 	}
-	for sec, kind := range secrets {
-		spans = append(spans, allSpans(s, sec, kind)...)
-	}
-	return spans
+	return append(spans, everywhere(s, secrets)...), nil
 }
+
+// everywhere finds every occurrence of the secrets in s, one pass per
+// distinct length with a rolling hash: linear in s, however many secrets.
+func everywhere(s string, secrets map[string]string) []span {
+	byLen := map[int]map[uint64][]string{}
+	for sec := range secrets {
+		n := len(sec)
+		if byLen[n] == nil {
+			byLen[n] = map[uint64][]string{}
+		}
+		h := hashOf(sec)
+		byLen[n][h] = append(byLen[n][h], sec)
+	}
+	var out []span
+	for n, set := range byLen {
+		if n > len(s) {
+			continue
+		}
+		var pow uint64 = 1
+		for range n - 1 {
+			pow *= hashBase
+		}
+		h := hashOf(s[:n])
+		for i := 0; ; i++ {
+			for _, sec := range set[h] {
+				if s[i:i+n] == sec {
+					out = append(out, span{start: i, end: i + n, kind: secrets[sec]})
+				}
+			}
+			if i+n >= len(s) {
+				break
+			}
+			h = (h-uint64(s[i])*pow)*hashBase + uint64(s[i+n])
+		}
+	}
+	return out
+}
+
+const hashBase = 1099511628211
+
+func hashOf(s string) uint64 {
+	var h uint64
+	for i := 0; i < len(s); i++ {
+		h = h*hashBase + uint64(s[i])
+	}
+	return h
+}
+
+// allKnown finds the known values' forms in s, for masking.
+func allKnown(s string, forms []string) []span {
+	set := map[string]string{}
+	for _, f := range forms {
+		set[f] = KnownKind
+	}
+	return everywhere(s, set)
+}
+
+// runWindows returns the windows gitleaks decodes an encoded run in: the
+// line around it, or, for a run longer than [runChunk], pieces of it that
+// start at multiples of 4 bytes from its start (base64's and hex's
+// alignment) and overlap by [runOverlap], so a secret is whole in one.
+// Small windows keep Go's regexp on its fast backtracking matcher.
+func runWindows(s string, w window) []window {
+	if w.end-w.start <= runChunk {
+		return []window{lineAround(s, w.start, w.end-w.start)}
+	}
+	var out []window
+	for at := w.start; ; at += runChunk - runOverlap {
+		start := at
+		if at == w.start {
+			start = max(0, at-64) // the name before it
+		}
+		end := min(w.end, at+runChunk)
+		out = append(out, window{start, end})
+		if end == w.end {
+			return out
+		}
+	}
+}
+
+const (
+	runChunk   = 4 << 10
+	runOverlap = 512
+)
 
 // encodedRuns returns the runs of at least n bytes that could be base64,
 // hex or percent-encoded text.
@@ -648,21 +799,10 @@ func findingSpan(s string, nl []int, sl, sc, el, ec int) (span, bool) {
 	return span{start: start, end: end}, true
 }
 
-func allSpans(s, sub, kind string) []span {
-	var out []span
-	for i := 0; ; {
-		j := strings.Index(s[i:], sub)
-		if j < 0 {
-			return out
-		}
-		out = append(out, span{start: i + j, end: i + j + len(sub), kind: kind})
-		i += j + len(sub)
-	}
-}
-
 // replaceSpans replaces each span, merging overlaps, and keeps any
-// "[REDACTED:...]" already in the text whole.
-func replaceSpans(s string, spans []span) string {
+// "[REDACTED:...]" already in the text whole. With mask, a span becomes as
+// many '*' bytes as it has.
+func replaceSpans(s string, spans []span, mask bool) string {
 	if len(spans) == 0 {
 		return s
 	}
@@ -686,7 +826,11 @@ func replaceSpans(s string, spans []span) string {
 			continue
 		}
 		b.WriteString(s[prev:sp.start])
-		b.WriteString("[REDACTED:" + sp.kind + "]")
+		if mask {
+			b.WriteString(strings.Repeat("*", sp.end-sp.start))
+		} else {
+			b.WriteString("[REDACTED:" + sp.kind + "]")
+		}
 		prev = sp.end
 	}
 	b.WriteString(s[prev:])

@@ -2,13 +2,16 @@ package redact_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pybox/pybox/redact"
@@ -231,5 +234,106 @@ func BenchmarkRedact1MiB(b *testing.B) {
 				r.String(text)
 			}
 		})
+	}
+}
+
+// Kinds of text for BenchmarkRedactKinds and pybox bench redact.
+func credentialDense(size int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "api_key=sk-ant-api03-%040d%08x\n", i, i*2654435761)
+	}
+	return b.String()[:size]
+}
+
+func base64Text(size int) string {
+	rng := rand.New(rand.NewSource(3))
+	raw := make([]byte, size*3/4+3)
+	rng.Read(raw)
+	enc := base64.StdEncoding.EncodeToString(raw)
+	var b strings.Builder
+	for i := 0; i < len(enc) && b.Len() < size; i += 76 {
+		b.WriteString(enc[i:min(len(enc), i+76)])
+		b.WriteByte('\n')
+	}
+	return b.String()[:size]
+}
+
+// BenchmarkRedactKinds measures the three kinds of text the README's
+// redaction table reports: plain output, credential-dense lines and
+// base64.
+func BenchmarkRedactKinds(b *testing.B) {
+	r := redact.MustNew(redact.Options{Environ: os.Environ()})
+	for _, bc := range []struct {
+		name string
+		text string
+	}{
+		{"plain", typicalOutput(1<<20, false)},
+		{"credential-dense", credentialDense(1 << 20)},
+		{"base64", base64Text(1 << 20)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.text)))
+			for range b.N {
+				r.String(bc.text)
+			}
+		})
+	}
+}
+
+// TestSecretInLongEncodedRun: a token encoded inside a long one-line
+// base64 text is found wherever it sits, across the pieces a long run is
+// decoded in.
+func TestSecretInLongEncodedRun(t *testing.T) {
+	r := redact.MustNew(redact.Options{})
+	token := "ghp_" + strings.Repeat("A1b2C3d4E5", 4)[:36]
+	rng := rand.New(rand.NewSource(5))
+	for _, at := range []int{0, 1, 2, 3000, 3071, 3072, 3073, 3100, 6000, 50001} {
+		raw := make([]byte, 60000)
+		for i := range raw {
+			raw[i] = byte('a' + rng.Intn(26)) // text, as a log would hold
+		}
+		copy(raw[at:], " "+token+" ")
+		text := "payload=" + base64.StdEncoding.EncodeToString(raw)
+		got := r.String(text)
+		dec, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(got, "payload="))
+		if err == nil && strings.Contains(string(dec), token) {
+			t.Errorf("token at byte %d survived encoded", at)
+			continue
+		}
+		if !strings.Contains(got, "[REDACTED:") {
+			t.Errorf("token at byte %d: nothing redacted", at)
+		}
+	}
+}
+
+// TestContextEndsRedaction: redaction gives up when its context ends and
+// says so, rather than handing back text it did not finish.
+func TestContextEndsRedaction(t *testing.T) {
+	r := redact.MustNew(redact.Options{})
+	text := credentialDense(8 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	out, err := r.StringContext(ctx, text)
+	if !errors.Is(err, context.DeadlineExceeded) || out != "" {
+		t.Fatalf("StringContext after its deadline = %d bytes, %v; want nothing and the deadline's error", len(out), err)
+	}
+	if _, err := r.MaskContext(ctx, text); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("MaskContext after its deadline: %v", err)
+	}
+}
+
+// TestMaskKeepsLength: masking a binary file's secrets keeps its layout.
+func TestMaskKeepsLength(t *testing.T) {
+	known := "hunter2-correct-horse"
+	r := redact.MustNew(redact.Options{Values: []string{known}})
+	token := "ghp_" + strings.Repeat("Zq9x", 9)
+	in := "\x00\x01PNG\xff" + known + "\x00" + token + "\xfe tail"
+	out, err := r.MaskContext(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) || strings.Contains(out, known) || strings.Contains(out, token) || !strings.HasSuffix(out, "\xfe tail") {
+		t.Fatalf("MaskContext(%q) = %q; want the same length, both secrets starred", in, out)
 	}
 }
