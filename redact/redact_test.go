@@ -1,11 +1,9 @@
 package redact_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -178,40 +176,6 @@ func FuzzRedact(f *testing.F) {
 	})
 }
 
-// typicalOutput is what analysis code prints: data frames, arrays, logs,
-// prose and links, with a secret now and then. dense puts a secret-looking
-// keyword ("key=") on every fifth line, the worst case for the rules that
-// run near keywords.
-func typicalOutput(size int, dense bool) string {
-	rng := rand.New(rand.NewSource(9))
-	var b bytes.Buffer
-	for i := 0; b.Len() < size; i++ {
-		switch i % 5 {
-		case 0:
-			fmt.Fprintf(&b, "%5d  %-10s  %10.4f  %10.4f  %8d\n", i, []string{"north", "south", "east", "west"}[i%4], rng.NormFloat64()*100, rng.Float64(), rng.Intn(100000))
-		case 1:
-			fmt.Fprintf(&b, "[%.8f %.8f %.8f %.8f]\n", rng.Float64(), rng.Float64(), rng.Float64(), rng.Float64())
-		case 2:
-			if dense {
-				fmt.Fprintf(&b, "2026-11-29 14:%02d:%02d INFO processed batch %d of 400 (%d rows, key=%d)\n", i%60, i%60, i, rng.Intn(5000), i)
-			} else {
-				fmt.Fprintf(&b, "2026-11-29 14:%02d:%02d INFO processed batch %d of 400 (%d rows)\n", i%60, i%60, i, rng.Intn(5000))
-			}
-		case 3:
-			b.WriteString("The model converged after 42 iterations; the loss is 0.0031 and the accuracy 97.2%.\n")
-		case 4:
-			if i%500 == 4 {
-				fmt.Fprintf(&b, "debug: using ghp_%036d\n", i)
-			} else if i%50 == 9 {
-				fmt.Fprintf(&b, "saved https://example.org/data/%d.csv\n", i)
-			} else {
-				fmt.Fprintf(&b, "%-12s %8.3f %8.3f\n", []string{"mean", "std", "min", "max"}[i%4], rng.Float64()*10, rng.Float64())
-			}
-		}
-	}
-	return b.String()[:size]
-}
-
 // BenchmarkRedact1MiB measures redacting 1 MiB of typical output at the
 // default decoding depth and at gitleaks' command-line depth of 5, and of
 // keyword-dense output.
@@ -225,7 +189,7 @@ func BenchmarkRedact1MiB(b *testing.B) {
 		{"typical/decode-depth-5", false, 5},
 		{"keyword-dense/decode-depth-2", true, redact.DefaultDecodeDepth},
 	} {
-		text := typicalOutput(1<<20, bc.dense)
+		text := redacttest.Output(1<<20, bc.dense)
 		b.Run(bc.name, func(b *testing.B) {
 			r := redact.MustNew(redact.Options{Values: redacttest.Known(1, 4), Environ: os.Environ(), DecodeDepth: bc.depth})
 			b.SetBytes(int64(len(text)))
@@ -237,28 +201,6 @@ func BenchmarkRedact1MiB(b *testing.B) {
 	}
 }
 
-// Kinds of text for BenchmarkRedactKinds and pybox bench redact.
-func credentialDense(size int) string {
-	var b strings.Builder
-	for i := 0; b.Len() < size; i++ {
-		fmt.Fprintf(&b, "api_key=sk-ant-api03-%040d%08x\n", i, i*2654435761)
-	}
-	return b.String()[:size]
-}
-
-func base64Text(size int) string {
-	rng := rand.New(rand.NewSource(3))
-	raw := make([]byte, size*3/4+3)
-	rng.Read(raw)
-	enc := base64.StdEncoding.EncodeToString(raw)
-	var b strings.Builder
-	for i := 0; i < len(enc) && b.Len() < size; i += 76 {
-		b.WriteString(enc[i:min(len(enc), i+76)])
-		b.WriteByte('\n')
-	}
-	return b.String()[:size]
-}
-
 // BenchmarkRedactKinds measures the three kinds of text the README's
 // redaction table reports: plain output, credential-dense lines and
 // base64.
@@ -268,9 +210,9 @@ func BenchmarkRedactKinds(b *testing.B) {
 		name string
 		text string
 	}{
-		{"plain", typicalOutput(1<<20, false)},
-		{"credential-dense", credentialDense(1 << 20)},
-		{"base64", base64Text(1 << 20)},
+		{"plain", redacttest.Output(1<<20, false)},
+		{"credential-dense", redacttest.CredentialDense(1 << 20)},
+		{"base64", redacttest.Base64(1 << 20)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(bc.text)))
@@ -311,7 +253,7 @@ func TestSecretInLongEncodedRun(t *testing.T) {
 // says so, rather than handing back text it did not finish.
 func TestContextEndsRedaction(t *testing.T) {
 	r := redact.MustNew(redact.Options{})
-	text := credentialDense(8 << 20)
+	text := redacttest.CredentialDense(8 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	out, err := r.StringContext(ctx, text)

@@ -38,13 +38,13 @@ type callOut struct {
 	files  []OutputFile
 	total  int
 	seen   map[string]bool
-	notes  []string // files the server refused, and why
+	notes  []fileNote // files the server refused, and why
 	report *report
 	done   chan struct{} // closed when the report came
 }
 
-func newCallOut(seq, limit int, redact func(string) string) *callOut {
-	return &callOut{seq: seq, stdout: newCapWriter(limit, redact), stderr: newCapWriter(limit, redact), seen: map[string]bool{}, done: make(chan struct{})}
+func newCallOut(seq, limit int) *callOut {
+	return &callOut{seq: seq, stdout: newCapWriter(limit, true), stderr: newCapWriter(limit, true), seen: map[string]bool{}, done: make(chan struct{})}
 }
 
 // diagLimit bounds the runner's own stderr kept for the log.
@@ -53,7 +53,7 @@ const diagLimit = 16 << 10
 // openConn starts reading a launched sandbox's streams and sends the
 // runner its configuration, which lets it begin.
 func openConn(st stream, cfg runnerConfig, lim outputLimits) (*conn, error) {
-	c := &conn{st: st, lim: lim, diag: newCapWriter(diagLimit, nil), readyc: make(chan struct{}), closed: make(chan struct{}), reader: make(chan struct{})}
+	c := &conn{st: st, lim: lim, diag: newCapWriter(diagLimit, false), readyc: make(chan struct{}), closed: make(chan struct{}), reader: make(chan struct{})}
 	c.parser = newFrameParser(c, lim.fileBytes)
 	go c.read()
 	b, err := json.Marshal(cfg)
@@ -87,7 +87,7 @@ func (c *conn) readerDone() {
 
 // diagText is what the runner wrote on its own stderr.
 func (c *conn) diagText() string {
-	t, _ := c.diag.Text()
+	t, _, _ := c.diag.Text(nil)
 	return t
 }
 
@@ -181,12 +181,18 @@ func (c *conn) stream(typ byte, p []byte) {
 	}
 }
 
+// fileNote says why an output file did not come back. The name is as the
+// code gave it: it is redacted, then cut short, before it is shown.
+type fileNote struct {
+	name, why string
+}
+
 // collected returns a call's report, files and the notes on the files the
 // server refused, as far as they came.
-func (c *conn) collected(out *callOut) (*report, []OutputFile, []string) {
+func (c *conn) collected(out *callOut) (*report, []OutputFile, []fileNote) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return out.report, out.files, append([]string(nil), out.notes...)
+	return out.report, out.files, append([]fileNote(nil), out.notes...)
 }
 
 func (c *conn) file(name string, data []byte) {
@@ -197,20 +203,25 @@ func (c *conn) file(name string, data []byte) {
 		c.parser.fail("an output file outside a call")
 		return
 	}
+	refuse := func(format string, a ...any) {
+		cur.notes = append(cur.notes, fileNote{name: name, why: fmt.Sprintf(format, a...)})
+	}
 	switch err := cleanOutputName(name); {
 	case err != nil:
-		cur.notes = append(cur.notes, fmt.Sprintf("an output file with an unusable name (%q: %v) was left out", clip(name, 200), err))
+		refuse("left out: its name is unusable (%v)", err)
 	case cur.seen[name]:
-		cur.notes = append(cur.notes, fmt.Sprintf("%s came back twice; the first is kept", name))
+		refuse("came back twice; the first is kept")
 	case len(cur.files) >= c.lim.files:
-		cur.notes = append(cur.notes, fmt.Sprintf("%s left out: at most %d files come back", name, c.lim.files))
+		refuse("left out: at most %d files come back", c.lim.files)
 	case len(data) > c.lim.fileBytes:
-		cur.notes = append(cur.notes, fmt.Sprintf("%s left out: %d bytes, over the %d-byte limit per file", name, len(data), c.lim.fileBytes))
-	case cur.total+len(data) > c.lim.total:
-		cur.notes = append(cur.notes, fmt.Sprintf("%s left out: over the %d-byte limit for all output files", name, c.lim.total))
+		refuse("left out: %d bytes, over the %d-byte limit per file", len(data), c.lim.fileBytes)
+	case cur.total+len(name)+len(data) > c.lim.total:
+		// A name leaves too (in the result, its text and the file's URI):
+		// it counts with the contents.
+		refuse("left out: over the %d-byte limit for all output files, names included", c.lim.total)
 	default:
 		cur.seen[name] = true
-		cur.total += len(data)
+		cur.total += len(name) + len(data)
 		cur.files = append(cur.files, OutputFile{Path: name, Data: data})
 	}
 }

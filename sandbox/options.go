@@ -160,10 +160,12 @@ type Options struct {
 	// ReconcileInterval is how often the reconciler removes what should
 	// be gone (failed removals, orphans of dead servers); 0 means 30 s.
 	ReconcileInterval time.Duration
-	// Redact, when set, cleans each stream before it is cut to
-	// OutputLimit, so a secret is never cut in two at the truncation
-	// marker. It must be safe for concurrent use.
-	Redact func(string) string
+	// Redact, when set, redacts everything of a call that leaves: the
+	// streams (before they are cut to OutputLimit, so a secret is never
+	// cut in two at the truncation marker), output files' names and
+	// contents, and pybox's own notes. It runs within the call's slot and
+	// clock; what it cannot finish is withheld with a note.
+	Redact Redactor
 }
 
 // resolved holds the options with every default filled in.

@@ -12,10 +12,10 @@ import (
 // memory stays bounded. The end of a stream matters most (a traceback ends
 // there), so both ends are kept.
 //
-// With a redactor, each end is kept with a margin past the part shown, and
-// redacted whole before it is cut to size: a secret that crosses the cut is
-// replaced whole, so no part of it is shown at the marker. It is safe for
-// concurrent use.
+// With a margin, each end is kept with redactMargin past the part shown,
+// so that it is redacted whole before it is cut to size: a secret that
+// crosses the cut is replaced whole, and no part of it is shown at the
+// marker. It is safe for concurrent use.
 type capWriter struct {
 	mu       sync.Mutex
 	showHead int // bytes shown from the start
@@ -25,7 +25,6 @@ type capWriter struct {
 	head     []byte
 	tail     []byte // the last bytes, at most 2*tailCap before compaction
 	total    int64
-	redact   func(string) string
 }
 
 // redactMargin is the context kept beyond what is shown so that a secret
@@ -34,16 +33,16 @@ type capWriter struct {
 const redactMargin = 16 << 10
 
 // newCapWriter returns a writer showing limit bytes in all, half from the
-// start of the stream and half from its end. redact, when not nil, cleans
-// the text before it is cut.
-func newCapWriter(limit int, redact func(string) string) *capWriter {
+// start of the stream and half from its end, keeping a margin past them
+// for redaction when margin is true.
+func newCapWriter(limit int, margin bool) *capWriter {
 	if limit < 2 {
 		limit = 2
 	}
 	h := limit / 2
-	w := &capWriter{showHead: h, showTail: limit - h, redact: redact}
+	w := &capWriter{showHead: h, showTail: limit - h}
 	w.headCap, w.tailCap = w.showHead, w.showTail
-	if redact != nil {
+	if margin {
 		w.headCap += redactMargin
 		w.tailCap += redactMargin
 	}
@@ -83,16 +82,17 @@ func (w *capWriter) Total() int64 {
 	return w.total
 }
 
-// Text returns what was kept as valid UTF-8, redacted: the whole stream
-// when it fits, otherwise head and tail joined by a marker that says how
-// much is missing.
-func (w *capWriter) Text() (text string, truncated bool) {
+// Text returns what was kept as valid UTF-8, passed through redact when
+// it is not nil: the whole stream when it fits, otherwise head and tail
+// joined by a marker that says how much is missing. It fails when redact
+// does.
+func (w *capWriter) Text(redact func(string) (string, error)) (text string, truncated bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	clean := func(s string) string {
 		s = validUTF8(s)
-		if w.redact != nil {
-			s = w.redact(s)
+		if redact != nil && err == nil {
+			s, err = redact(s)
 		}
 		return s
 	}
@@ -104,19 +104,25 @@ func (w *capWriter) Text() (text string, truncated bool) {
 	if int64(len(w.head)+len(tail)) == w.total {
 		// All of it is here: redact it whole, then cut if it is too long.
 		all := clean(string(w.head) + string(tail))
+		if err != nil {
+			return "", false, err
+		}
 		if len(all) <= w.showHead+w.showTail {
-			return all, false
+			return all, false, nil
 		}
 		head, end = all, all
 	} else {
 		head, end = clean(string(w.head)), clean(string(tail))
+		if err != nil {
+			return "", false, err
+		}
 	}
 	head = cutHead(head, w.showHead)
 	end = cutTail(end, w.showTail)
 	omitted := w.total - int64(len(head)) - int64(len(end))
 	marker := fmt.Sprintf("\n[... pybox: output truncated, %d bytes omitted; the first %d and last %d bytes are shown ...]\n",
 		max(omitted, 0), len(head), len(end))
-	return validUTF8(head + marker + end), true
+	return validUTF8(head + marker + end), true, nil
 }
 
 const redactedPrefix = "[REDACTED:"

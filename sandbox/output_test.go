@@ -28,11 +28,11 @@ func TestCapWriter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// One byte at a time, so a marker or a character split across
 			// writes is covered.
-			w := newCapWriter(tt.limit, nil)
+			w := newCapWriter(tt.limit, false)
 			if _, err := io.Copy(w, iotest.OneByteReader(strings.NewReader(tt.in))); err != nil {
 				t.Fatal(err)
 			}
-			got, trunc := w.Text()
+			got, trunc, _ := w.Text(nil)
 			if tt.name == "cut character dropped at head" {
 				// The tail's 3 bytes are "nop": check the head side only.
 				if !strings.HasPrefix(got, "ab\n[... pybox: output truncated") || !trunc {
@@ -51,11 +51,11 @@ func TestCapWriter(t *testing.T) {
 }
 
 func TestCapWriterBigWrites(t *testing.T) {
-	w := newCapWriter(1000, nil)
+	w := newCapWriter(1000, false)
 	for i := 0; i < 100; i++ {
 		w.Write(bytes.Repeat([]byte{byte('a' + i%26)}, 777))
 	}
-	got, trunc := w.Text()
+	got, trunc, _ := w.Text(nil)
 	if !trunc || !strings.HasPrefix(got, strings.Repeat("a", 500)) || !strings.HasSuffix(got, strings.Repeat("v", 500)) {
 		t.Errorf("Text() = %.60q...%.60q; want 500 a's, a marker and 500 v's", got, got[len(got)-60:])
 	}
@@ -72,13 +72,13 @@ func FuzzCapWriter(f *testing.F) {
 		if limit < 0 || limit > 1<<16 || chunk <= 0 || chunk > 64 {
 			return
 		}
-		w := newCapWriter(limit, nil)
+		w := newCapWriter(limit, false)
 		for p := data; len(p) > 0; {
 			n := min(chunk, len(p))
 			w.Write(p[:n])
 			p = p[n:]
 		}
-		got, trunc := w.Text()
+		got, trunc, _ := w.Text(nil)
 		if !utf8.ValidString(got) {
 			t.Fatalf("Text() is not valid UTF-8: %q", got)
 		}
@@ -129,9 +129,9 @@ func TestCapWriterRedactsAcrossTheCut(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newCapWriter(200, secretRedactor)
+			w := newCapWriter(200, true)
 			io.Copy(w, iotest.OneByteReader(strings.NewReader(tt.input)))
-			got, trunc := w.Text()
+			got, trunc, _ := w.Text(func(s string) (string, error) { return secretRedactor(s), nil })
 			if !trunc {
 				t.Fatalf("not truncated: %q", got)
 			}

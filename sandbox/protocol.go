@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -318,8 +319,8 @@ func cleanOutputName(name string) error {
 		return errors.New("not UTF-8")
 	}
 	for _, r := range name {
-		if r < 0x20 || r == 0x7f || r == '\\' {
-			return errors.New("a control character or a backslash")
+		if !unicode.IsPrint(r) || r == '\\' {
+			return errors.New("a character that is not printable, or a backslash")
 		}
 	}
 	return nil

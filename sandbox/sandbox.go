@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
@@ -94,11 +96,20 @@ type Result struct {
 	Files []OutputFile
 }
 
-// OutputFile is a file the code left under /mnt/outputs.
+// OutputFile is a file the code left under /mnt/outputs, as it leaves:
+// redacted.
 type OutputFile struct {
-	// Path is relative to /mnt/outputs.
+	// Path is relative to /mnt/outputs, redacted: a secret in a name is
+	// replaced, and a name made the same as another's gets "-2".
 	Path string
 	Data []byte
+	// MIMEType comes from pybox's own table of extensions, or from the
+	// content: an image's from its bytes.
+	MIMEType string
+	// Text is true when Data is UTF-8 text (decoded from the file's own
+	// encoding, then redacted); otherwise Data is the file's bytes with
+	// each secret found starred in place.
+	Text bool
 }
 
 // outputLimits bound what comes back from /mnt/outputs.
@@ -298,7 +309,7 @@ func (s *Sandbox) notRun(err error, waited time.Duration) Result {
 // exec runs one call in a started sandbox and shapes its result.
 func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time) Result {
 	b.seq++
-	out := newCallOut(b.seq, s.opt.OutputLimit, s.opt.Redact)
+	out := newCallOut(b.seq, s.opt.OutputLimit)
 	frame, err := encodeRun(b.seq, req, time.Until(deadline)+runnerMargin)
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())
@@ -315,7 +326,7 @@ func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arriv
 		}
 	}()
 	reason := s.await(ctx, b, out, deadline)
-	return s.outcome(ctx, b, out, reason, req, handover.Sub(arrival), time.Since(handover))
+	return s.outcome(ctx, b, out, reason, req, deadline, handover.Sub(arrival), time.Since(handover))
 }
 
 // Graces after asking a call to stop: together at most 2 s past its
@@ -412,7 +423,7 @@ func (s *Sandbox) background(f func()) {
 }
 
 // outcome turns what came back from the runner into the call's Result.
-func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason ErrorKind, req Request, waited, elapsed time.Duration) Result {
+func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason ErrorKind, req Request, deadline time.Time, waited, elapsed time.Duration) Result {
 	select {
 	case <-out.done:
 	default:
@@ -420,12 +431,14 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 		// call's output before it is read.
 		b.conn.readerDone()
 	}
-	r, files, refused := b.conn.collected(out)
-	res := Result{Files: files}
-	res.Stdout, res.Truncated = out.stdout.Text()
-	var errTrunc bool
-	res.Stderr, errTrunc = out.stderr.Text()
-	res.Truncated = res.Truncated || errTrunc
+	r, files, fileNotes := b.conn.collected(out)
+	c := s.clean(ctx, out, files, deadline)
+	res := Result{Stdout: c.stdout, Stderr: c.stderr, Truncated: c.truncated, Files: c.files}
+	var refused []string
+	for _, n := range fileNotes {
+		refused = append(refused, s.noteName(n.name)+" "+n.why)
+	}
+	refused = append(refused, c.notes...)
 	res.StdoutBytes, res.StderrBytes = out.stdout.Total(), out.stderr.Total()
 	res.Duration = elapsed
 	note := func(format string, a ...any) {
@@ -489,13 +502,19 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 			s.lost(ctx, b, &res)
 		}
 	}
+	more := 0
 	if r != nil {
 		for _, f := range r.Skipped {
-			refused = append(refused, fmt.Sprintf("%s left out: %s", f.Path, f.Why))
+			refused = append(refused, fmt.Sprintf("%s left out: %s", s.noteName(f.Path), clip(f.Why, 200)))
 		}
-		if extra := r.SkippedCount - len(r.Skipped); extra > 0 {
-			refused = append(refused, fmt.Sprintf("%d more output files left out", extra))
-		}
+		more = r.SkippedCount - len(r.Skipped)
+	}
+	if len(refused) > maxFileNotes {
+		more += len(refused) - maxFileNotes
+		refused = refused[:maxFileNotes]
+	}
+	if more > 0 {
+		refused = append(refused, fmt.Sprintf("%d more output files left out or withheld", more))
 	}
 	if len(refused) > 0 {
 		note("pybox: %s.", strings.Join(refused, "; "))
@@ -624,7 +643,7 @@ func (s *Sandbox) redact(msg string) string {
 	if s.opt.Redact == nil {
 		return msg
 	}
-	return s.opt.Redact(msg)
+	return s.opt.Redact.String(msg)
 }
 
 // appendNote adds a pybox line to a stream, on a line of its own.
@@ -760,6 +779,24 @@ func shortID(id string) string {
 
 // clip shortens an engine's message (which may quote a whole seccomp
 // profile) to about n bytes, on a character boundary.
+// The notes on output files left out are bounded like the output: at
+// most maxFileNotes, each name cut to noteNameBytes.
+const (
+	maxFileNotes  = 20
+	noteNameBytes = 160
+)
+
+// noteName is an output file's name as a note shows it: redacted, then
+// cut short (cut first, a secret could be left too short to be found).
+// A name with characters that are not printable is shown quoted.
+func (s *Sandbox) noteName(name string) string {
+	n := s.redact(name)
+	if !utf8.ValidString(n) || strings.IndexFunc(n, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		n = strconv.Quote(n)
+	}
+	return clip(n, noteNameBytes)
+}
+
 func clip(msg string, n int) string {
 	if len(msg) <= n {
 		return msg

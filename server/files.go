@@ -3,15 +3,11 @@ package server
 import (
 	"encoding/base64"
 	"fmt"
-	"mime"
-	"net/http"
-	"path"
+	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pybox/pybox/redact"
 	"github.com/pybox/pybox/sandbox"
 )
 
@@ -71,66 +67,34 @@ func parseFiles(v any) ([]sandbox.InputFile, error) {
 	return out, nil
 }
 
-// imageTypes are the MIME types sent as MCP image content.
-var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true, "image/svg+xml": true}
-
-// mimeType names a file's type by its extension, then by its content.
-func mimeType(name string, data []byte) string {
-	ext := strings.ToLower(path.Ext(name))
-	known := map[string]string{
-		".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp",
-		".svg": "image/svg+xml", ".csv": "text/csv", ".txt": "text/plain", ".md": "text/markdown", ".json": "application/json",
-		".html": "text/html", ".xml": "application/xml", ".py": "text/x-python", ".tsv": "text/tab-separated-values",
-		".pdf": "application/pdf", ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-		".parquet": "application/vnd.apache.parquet", ".log": "text/plain", ".yaml": "application/yaml", ".yml": "application/yaml",
+// fileURI is the file:// URI of an output file, each path segment
+// percent-encoded: a name holding "%2e%2e", "?", "#" or spaces stays one
+// name under /mnt/outputs for any client that decodes it.
+func fileURI(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
 	}
-	t, ok := known[ext]
-	if !ok {
-		t = mime.TypeByExtension(ext)
-	}
-	if t == "" {
-		t = http.DetectContentType(data)
-	}
-	if i := strings.IndexByte(t, ';'); i >= 0 {
-		t = strings.TrimSpace(t[:i])
-	}
-	// An image type must be true to the content, or the client shows
-	// nothing: trust the bytes over the name.
-	if imageTypes[t] && t != "image/svg+xml" {
-		if sniffed := http.DetectContentType(data); strings.HasPrefix(sniffed, "image/") {
-			t = sniffed
-		} else {
-			t = "application/octet-stream"
-		}
-	}
-	return t
+	return "file:///mnt/outputs/" + strings.Join(parts, "/")
 }
 
-func isText(t string, data []byte) bool {
-	textual := strings.HasPrefix(t, "text/") || t == "application/json" || t == "application/xml" || t == "application/yaml" || t == "image/svg+xml"
-	return textual && utf8.Valid(data)
-}
-
-// fileContents turns output files into MCP content: images as image
-// content, text (redacted) and other files as embedded resources.
-func fileContents(files []sandbox.OutputFile, rd *redact.Redactor) ([]mcp.Content, []FileInfo) {
+// fileContents turns output files, as the sandbox redacted and typed
+// them, into MCP content: images as image content, text as text
+// resources, other files as blob resources.
+func fileContents(files []sandbox.OutputFile) ([]mcp.Content, []FileInfo) {
 	var content []mcp.Content
 	var infos []FileInfo
 	for _, f := range files {
-		t := mimeType(f.Path, f.Data)
-		data := f.Data
-		uri := "file:///mnt/outputs/" + f.Path
+		uri := fileURI(f.Path)
 		switch {
-		case imageTypes[t] && t != "image/svg+xml":
-			content = append(content, mcp.NewImageContent(base64.StdEncoding.EncodeToString(data), t))
-		case isText(t, data):
-			text := rd.String(string(data))
-			data = []byte(text)
-			content = append(content, mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: uri, MIMEType: t, Text: text}))
+		case f.Text:
+			content = append(content, mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: uri, MIMEType: f.MIMEType, Text: string(f.Data)}))
+		case sandbox.ShownImage(f.MIMEType):
+			content = append(content, mcp.NewImageContent(base64.StdEncoding.EncodeToString(f.Data), f.MIMEType))
 		default:
-			content = append(content, mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: t, Blob: base64.StdEncoding.EncodeToString(data)}))
+			content = append(content, mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: uri, MIMEType: f.MIMEType, Blob: base64.StdEncoding.EncodeToString(f.Data)}))
 		}
-		infos = append(infos, FileInfo{Path: f.Path, MIMEType: t, Size: len(data)})
+		infos = append(infos, FileInfo{Path: f.Path, MIMEType: f.MIMEType, Size: len(f.Data)})
 	}
 	return content, infos
 }

@@ -21,7 +21,7 @@ func realServer(t testing.TB, opt sandbox.Options) Options {
 	opt.Image = testenv.Image(sandbox.DefaultImage)
 	testenv.Engine(t, opt.Image)
 	rd := redact.MustNew(redact.Options{})
-	opt.Redact = rd.String
+	opt.Redact = rd
 	sb, err := sandbox.New(opt, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func redactingServer(t *testing.T, rd *redact.Redactor, outputLimit int) *client
 	testenv.Engine(t, image)
 	opt := sandbox.Options{Image: image, OutputLimit: outputLimit}
 	if rd != nil {
-		opt.Redact = rd.String
+		opt.Redact = rd
 	}
 	sb, err := sandbox.New(opt, zerolog.Nop())
 	if err != nil {

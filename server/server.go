@@ -39,10 +39,10 @@ type Runner interface {
 type Options struct {
 	// Runner runs the code; required.
 	Runner Runner
-	// Redactor cleans what the server adds to a result (output files, its
-	// own messages) and its logs; nil redacts nothing. The Runner's
-	// streams come redacted already: give the sandbox the same redactor
-	// (sandbox.Options.Redact), which redacts them before they are cut.
+	// Redactor cleans the server's own messages and its logs; nil redacts
+	// nothing. What the code made (streams, output files' names and
+	// contents) comes redacted from the Runner, within the call's budget:
+	// give the sandbox the same redactor (sandbox.Options.Redact).
 	Redactor *redact.Redactor
 	// Logger receives one info line per call.
 	Logger zerolog.Logger
@@ -100,7 +100,8 @@ func (s *Server) EndSessionsOf(ctx context.Context, mcpSession string) {
 	if mcpSession == "" {
 		return
 	}
-	s.h.sessions.end(ctx, "its connection closed", func(se *session) bool { return se.owner == mcpSession })
+	owner := connOwner(mcpSession)
+	s.h.sessions.end(ctx, "its connection closed", func(se *session) bool { return se.owner == owner })
 }
 
 // New returns an MCP server with the run_python and python_sessions tools.
@@ -130,7 +131,7 @@ func New(opt Options) *Server {
 	h := &handler{opt: opt, sessions: newRegistry(opt.MaxSessions, opt.SessionIdle, opt.SessionMaxAge, opt.Logger)}
 	hooks := &mcpserver.Hooks{}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, cs mcpserver.ClientSession) {
-		owner := cs.SessionID()
+		owner := connOwner(cs.SessionID())
 		h.sessions.end(context.WithoutCancel(ctx), "its connection closed", func(s *session) bool { return s.owner == owner })
 	})
 	s := mcpserver.NewMCPServer("pybox", opt.Version,
@@ -222,7 +223,7 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	cause = res.Cause
 	out = FromResult(res)
 	out.SessionID = sessionID
-	content, infos := fileContents(res.Files, h.opt.Redactor)
+	content, infos := fileContents(res.Files)
 	out.Files = infos
 	r := h.result(out)
 	r.Content = append(r.Content, content...)

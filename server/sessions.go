@@ -28,7 +28,7 @@ const (
 // session is a live persistent sandbox and its owner.
 type session struct {
 	id       string
-	owner    string // the MCP connection's session id
+	owner    string // see ownerOf
 	sb       *sandbox.Session
 	created  time.Time
 	lastUsed time.Time
@@ -37,7 +37,7 @@ type session struct {
 }
 
 // registry holds the live sessions. Ids are 128 random bits; a session is
-// found only by its owner's connection.
+// found only by its owner.
 type registry struct {
 	mu     sync.Mutex
 	m      map[string]*session
@@ -55,12 +55,43 @@ func newRegistry(max int, idle, maxAge time.Duration, log zerolog.Logger) *regis
 	return r
 }
 
-// ownerOf names the MCP connection a request came on.
+type principalKey struct{}
+
+// WithPrincipal marks a request as made by an authenticated principal (the
+// name of the bearer token it carried). Where the protocol has no
+// connection, the principal owns the sessions the request makes.
+func WithPrincipal(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, principalKey{}, name)
+}
+
+// Owner names who the sessions a request makes answer to; see ownerOf.
+func Owner(ctx context.Context) string { return ownerOf(ctx) }
+
+// ownerOf names who a request's sessions answer to:
+//
+//   - the MCP connection it came on ("conn:" and its session id): stdio,
+//     SSE, and Streamable HTTP up to protocol 2025-11-25;
+//   - where the protocol has no connection (2026-07-28), the authenticated
+//     principal ("principal:" and its name);
+//   - with neither, nobody: "" marks an anonymous session, which only the
+//     holder of its id reaches, which no list shows and which "end all"
+//     does not end.
 func ownerOf(ctx context.Context) string {
-	if cs := mcpserver.ClientSessionFromContext(ctx); cs != nil {
-		return cs.SessionID()
+	if cs := mcpserver.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
+		return "conn:" + cs.SessionID()
+	}
+	if p, _ := ctx.Value(principalKey{}).(string); p != "" {
+		return "principal:" + p
 	}
 	return ""
+}
+
+// connOwner is the owner of the sessions an MCP connection made.
+func connOwner(mcpSession string) string {
+	if mcpSession == "" {
+		return "conn:?" // no connection: nothing of it to end
+	}
+	return "conn:" + mcpSession
 }
 
 // create starts a session for owner, within the cap.
@@ -187,6 +218,7 @@ type sessionsOutput struct {
 
 func (h *handler) callSessions(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	owner := ownerOf(ctx)
+	anonymous := owner == ""
 	out := sessionsOutput{Sessions: []sessionInfo{}, Ended: []string{}}
 	args, err := argsMap(req.GetRawArguments())
 	if err != nil {
@@ -203,7 +235,9 @@ func (h *handler) callSessions(ctx context.Context, req mcp.CallToolRequest) (*m
 		case !ok:
 			out.Error = `invalid_input: "end" must be a session_id or "all"`
 		case which == "all":
-			out.Ended = h.sessions.end(ctx, "ended by its owner", func(s *session) bool { return s.owner == owner })
+			if !anonymous {
+				out.Ended = h.sessions.end(ctx, "ended by its owner", func(s *session) bool { return s.owner == owner })
+			}
 		default:
 			out.Ended = h.sessions.end(ctx, "ended by its owner", func(s *session) bool { return s.owner == owner && s.id == which })
 			if len(out.Ended) == 0 {
@@ -211,16 +245,22 @@ func (h *handler) callSessions(ctx context.Context, req mcp.CallToolRequest) (*m
 			}
 		}
 	}
+	if out.Ended == nil {
+		out.Ended = []string{}
+	}
 	h.sessions.mu.Lock()
 	now := time.Now()
 	for _, s := range h.sessions.m {
-		if s.owner == owner && s.sb != nil {
+		if !anonymous && s.owner == owner && s.sb != nil {
 			out.Sessions = append(out.Sessions, sessionInfo{SessionID: s.id, AgeSeconds: now.Sub(s.created).Seconds(), IdleSeconds: now.Sub(s.lastUsed).Seconds(), Calls: s.calls})
 		}
 	}
 	h.sessions.mu.Unlock()
 	sort.Slice(out.Sessions, func(i, j int) bool { return out.Sessions[i].SessionID < out.Sessions[j].SessionID })
 	text := fmt.Sprintf("%d live sessions", len(out.Sessions))
+	if anonymous {
+		text += " listed: this request has neither a connection nor an authenticated principal, so no session is listed or ended as its own; a session_id you hold still ends it"
+	}
 	if len(out.Ended) > 0 {
 		text += "; ended " + strings.Join(out.Ended, ", ")
 	}

@@ -22,7 +22,10 @@ type config struct {
 	// Serving.
 	transport       string
 	addr            string
-	authToken       string
+	authTokens      stringList
+	tokens          []authToken // from authTokens, by validate
+	allowedOrigins  stringList
+	origins         originPolicy // from allowedOrigins, by validate
 	maxRequestBytes byteSize
 
 	// Logging.
@@ -118,7 +121,8 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 		fs.DurationVar(&cfg.poolMaxIdle, "pool-max-idle", sandbox.DefaultPoolMaxIdle, "a pooled sandbox that waited this long is replaced")
 		fs.StringVar(&cfg.transport, "transport", "stdio", "MCP transport: stdio, http (Streamable HTTP on /mcp) or sse (/sse and /message)")
 		fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8765", "address for the http and sse transports")
-		fs.StringVar(&cfg.authToken, "auth-token", "", "bearer token every HTTP request must carry (required off loopback)")
+		fs.Var(&cfg.authTokens, "auth-token", "a bearer token HTTP requests must carry (required off loopback): TOKEN, or NAME:TOKEN to name the principal that owns its sessions where the protocol has no connection (repeatable; comma-separated in PYBOX_AUTH_TOKEN)")
+		fs.Var(&cfg.allowedOrigins, "allowed-origin", "a web page origin, besides loopback pages, allowed to call the HTTP transports, such as https://app.example.com (repeatable; comma-separated in PYBOX_ALLOWED_ORIGIN)")
 		cfg.maxRequestBytes = byteSize(defaultMaxRequestBytes(sandbox.DefaultMaxInputBytes))
 		fs.Var(&cfg.maxRequestBytes, "max-request-bytes", "the largest HTTP request body, refused before it is read; left at its default, it follows --max-input-bytes (room for the largest valid call)")
 	}
@@ -239,7 +243,7 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		MaxQueue:           queueOption(c.maxQueue),
 		QueueTimeout:       c.queueTimeout,
 		OutputLimit:        int(c.outputLimit),
-		Redact:             rd.String,
+		Redact:             rd,
 		MaxInputBytes:      int(c.maxInputBytes),
 		MaxInputFileBytes:  int(c.maxInputFileBytes),
 		MaxOutputFiles:     c.maxOutputFiles,
@@ -306,6 +310,13 @@ func (c *config) validate() error {
 		return fmt.Errorf("--uid-range %q: give FIRST-LAST, such as 2000000000-2000999999", c.uidRange)
 	}
 	c.uidBase, c.uidCount = lo, hi-lo+1
+	var err error
+	if c.tokens, err = parseAuthTokens(c.authTokens); err != nil {
+		return err
+	}
+	if c.origins, err = parseOrigins(c.allowedOrigins); err != nil {
+		return err
+	}
 	if c.maxRequestBytes == byteSize(defaultMaxRequestBytes(sandbox.DefaultMaxInputBytes)) {
 		c.maxRequestBytes = byteSize(defaultMaxRequestBytes(int64(c.maxInputBytes)))
 	}
@@ -328,6 +339,11 @@ func (c *config) redactor() (*redact.Redactor, error) {
 	}
 	if c.redactDecodeDepth == 0 {
 		opt.DecodeDepth = -1 // the flag's 0 means no decoding
+	}
+	if tokens, err := parseAuthTokens(c.authTokens); err == nil {
+		for _, t := range tokens {
+			opt.Values = append(opt.Values, t.token) // a token given as a flag is no less secret
+		}
 	}
 	for _, p := range c.redactPatterns {
 		kind, re, ok := strings.Cut(p, "=")

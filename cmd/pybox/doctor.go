@@ -141,8 +141,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		_ = sb.Close(ctx)
 	}
 	if cfg.transport != "stdio" {
-		err := checkExposure(cfg.addr, cfg.authToken)
-		check(err == nil, "transport", fmt.Sprintf("%s on %s, token set: %v", cfg.transport, cfg.addr, cfg.authToken != ""), "set PYBOX_AUTH_TOKEN or bind 127.0.0.1")
+		err := checkExposure(cfg.addr, len(cfg.tokens) > 0)
+		check(err == nil, "transport", fmt.Sprintf("%s on %s, tokens: %d", cfg.transport, cfg.addr, len(cfg.tokens)), "set PYBOX_AUTH_TOKEN or bind 127.0.0.1")
 	}
 	if failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed\n", failed)

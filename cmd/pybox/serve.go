@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +42,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	switch cfg.transport {
 	case "stdio":
 	case "http", "sse":
-		if err := checkExposure(cfg.addr, cfg.authToken); err != nil {
+		if err := checkExposure(cfg.addr, len(cfg.tokens) > 0); err != nil {
 			logger.Error().Err(err).Msg("refusing to start")
 			fmt.Fprintln(stderr, "pybox:", err)
 			return 2
@@ -142,18 +141,20 @@ func (z zerologWriter) Write(p []byte) (int, error) {
 func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerolog.Logger) error {
 	mcp := srv.MCP()
 	mux := http.NewServeMux()
-	auth := bearerAuth(cfg.authToken)
-	limit := limitBody(int64(cfg.maxRequestBytes))
+	// The edge of every endpoint, outermost first (see edge.go).
+	edge := func(h http.Handler) http.Handler {
+		return guardOrigin(cfg.origins)(bearerAuth(cfg.tokens)(requireJSON(limitBody(int64(cfg.maxRequestBytes))(h))))
+	}
 	switch cfg.transport {
 	case "http":
 		// An MCP session (and so its Python sessions) ends when the client
 		// deletes it, or when it has been idle as long as a Python session may.
 		h := mcpserver.NewStreamableHTTPServer(mcp, mcpserver.WithEndpointPath("/mcp"), mcpserver.WithStateful(true), mcpserver.WithSessionIdleTTL(cfg.sessionIdle))
-		mux.Handle("/mcp", auth(limit(endSessionsOnDelete(h, srv))))
+		mux.Handle("/mcp", edge(endSessionsOnDelete(h, srv)))
 	case "sse":
 		s := mcpserver.NewSSEServer(mcp)
-		mux.Handle("/sse", auth(limit(s.SSEHandler())))
-		mux.Handle("/message", auth(limit(s.MessageHandler())))
+		mux.Handle("/sse", edge(s.SSEHandler()))
+		mux.Handle("/message", edge(s.MessageHandler()))
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -164,7 +165,7 @@ func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerol
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          log.New(zerologWriter{logger}, "", 0),
 	}
-	logger.Info().Str("addr", ln.Addr().String()).Bool("auth", cfg.authToken != "").Msg("listening")
+	logger.Info().Str("addr", ln.Addr().String()).Int("tokens", len(cfg.tokens)).Int("allowed_origins", len(cfg.origins.allowed)).Msg("listening")
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -239,12 +240,12 @@ func returnMemory(ctx context.Context, sb *sandbox.Sandbox) {
 }
 
 // checkExposure refuses to serve HTTP off loopback without a token.
-func checkExposure(addr, token string) error {
+func checkExposure(addr string, tokens bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: %v", addr, err)
 	}
-	if token != "" || isLoopback(host) {
+	if tokens || isLoopback(host) {
 		return nil
 	}
 	return fmt.Errorf("--addr %s is reachable from other machines and no token is set: anyone who reaches it could run code. Set PYBOX_AUTH_TOKEN (or --auth-token), or bind 127.0.0.1", addr)
@@ -256,23 +257,4 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip != nil && ip.IsLoopback()
-}
-
-// bearerAuth requires "Authorization: Bearer <token>" when token is set.
-func bearerAuth(token string) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		if token == "" {
-			return next
-		}
-		want := []byte("Bearer " + token)
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="pybox"`)
-				http.Error(w, "pybox: missing or wrong bearer token", http.StatusUnauthorized)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
