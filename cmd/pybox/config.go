@@ -189,7 +189,13 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		}
 		vals := []string{v}
 		if _, list := f.Value.(*stringList); list {
-			vals = strings.Split(v, ",")
+			// Comma-separated; an empty variable is an empty list.
+			vals = nil
+			for _, one := range strings.Split(v, ",") {
+				if strings.TrimSpace(one) != "" {
+					vals = append(vals, one)
+				}
+			}
 		}
 		for _, one := range vals {
 			if err := fs.Set(f.Name, one); err != nil {
