@@ -10,9 +10,7 @@ import (
 	"io"
 	"path"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -28,13 +26,16 @@ type Redactor interface {
 	MaskContext(ctx context.Context, s string) (string, error)
 }
 
-// The budget of a call's redaction. Redacting runs in the call's slot and
-// against its clock: it may run redactGrace past the call's deadline (a
-// call that used its whole timeout still has its output redacted), and
-// what is not redacted by then is withheld. The streams are small (twice
-// OutputLimit and a margin) and are always given streamFloor.
+// The budget of a call's redaction: it runs in the call's slot, in one
+// goroutine (so it costs the server at most one core, and no more CPU
+// time than wall time), and ends at the call's deadline. What is not
+// redacted by then is withheld. A call stopped at its timeout hands its
+// output over after its deadline: its files get filesFloor and its streams
+// streamFloor from then, so that what it printed and wrote comes back. The
+// streams are small (twice OutputLimit and a margin) and always get
+// streamFloor.
 const (
-	redactGrace = time.Second
+	filesFloor  = 500 * time.Millisecond
 	streamFloor = time.Second
 )
 
@@ -59,10 +60,9 @@ func (s *Sandbox) clean(ctx context.Context, out *callOut, files []OutputFile, d
 	if r == nil {
 		r = noRedactor{}
 	}
-	end := deadline.Add(redactGrace)
 	var c cleaned
 
-	sctx, cancel := context.WithDeadline(ctx, later(end, time.Now().Add(streamFloor)))
+	sctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now().Add(streamFloor)))
 	stream := func(w *capWriter, name string) string {
 		text, trunc, err := w.Text(func(t string) (string, error) { return r.StringContext(sctx, t) })
 		c.truncated = c.truncated || trunc
@@ -74,41 +74,18 @@ func (s *Sandbox) clean(ctx context.Context, out *callOut, files []OutputFile, d
 	c.stdout, c.stderr = stream(out.stdout, "stdout"), stream(out.stderr, "stderr")
 	cancel()
 
-	if len(files) == 0 {
-		return c
-	}
-	fctx, cancel := context.WithDeadline(ctx, end)
+	fctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now().Add(filesFloor)))
 	defer cancel()
-	jobs := make([]fileJob, len(files))
 	seen := map[string]bool{}
-	for i, f := range files {
-		jobs[i].in = f
+	for _, f := range files {
+		j := fileJob{in: f}
 		name, err := r.StringContext(fctx, f.Path)
 		if err != nil {
-			jobs[i].note = fmt.Sprintf("%s withheld: there was no time left to redact it", clip(r.String(f.Path), noteNameBytes))
+			c.notes = append(c.notes, fmt.Sprintf("%s withheld: there was no time left to redact it", clip(r.String(f.Path), noteNameBytes)))
 			continue
 		}
-		jobs[i].name = unique(name, seen)
-	}
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(len(jobs), max(1, runtime.GOMAXPROCS(0))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				jobs[i].run(fctx, r)
-			}
-		}()
-	}
-	for i := range jobs {
-		if jobs[i].note == "" {
-			next <- i
-		}
-	}
-	close(next)
-	wg.Wait()
-	for _, j := range jobs {
+		j.name = unique(name, seen)
+		j.run(fctx, r)
 		if j.note != "" {
 			c.notes = append(c.notes, j.note)
 			continue
