@@ -6,13 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -118,48 +115,18 @@ print("written")
 
 func redactCall(ctx context.Context, cfg config, timeout int, stderr io.Writer) (redactCallResult, error) {
 	var r redactCallResult
-	self, err := os.Executable()
+	srv, err := startServe(ctx, stderr, "--image", cfg.image, "--runtime", cfg.runtime, "--pool", "0")
 	if err != nil {
 		return r, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return r, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	srv := exec.CommandContext(ctx, self, "serve", "--transport", "http", "--addr", addr,
-		"--image", cfg.image, "--runtime", cfg.runtime, "--pool", "0", "--log-level", "warn")
-	srv.Stderr = stderr
-	if err := srv.Start(); err != nil {
-		return r, err
-	}
-	exited := make(chan struct{})
-	go func() { srv.Wait(); close(exited) }()
-	defer func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			srv.Process.Kill()
-			<-exited
-		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("the server did not listen on %s", addr)
-		}
-	}
+	defer srv.stop()
+	addr := srv.addr
 	c, err := loadClient(ctx, addr)
 	if err != nil {
 		return r, err
 	}
 	defer c.Close()
-	before, err := procCPUSeconds(srv.Process.Pid)
+	before, err := procCPUSeconds(srv.cmd.Process.Pid)
 	if err != nil {
 		return r, err
 	}
@@ -172,7 +139,7 @@ func redactCall(ctx context.Context, cfg config, timeout int, stderr io.Writer) 
 	if err != nil {
 		return r, err
 	}
-	after, err := procCPUSeconds(srv.Process.Pid)
+	after, err := procCPUSeconds(srv.cmd.Process.Pid)
 	if err != nil {
 		return r, err
 	}

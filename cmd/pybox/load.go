@@ -58,39 +58,13 @@ func benchLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // the server and counts what it left.
 func runLoad(ctx context.Context, cfg config, calls, conc, pool int, stderr io.Writer) (loadResult, error) {
 	r := loadResult{calls: calls, concurrency: conc, kinds: map[string]int{}}
-	self, err := os.Executable()
+	srv, err := startServe(ctx, stderr, "--image", cfg.image, "--runtime", cfg.runtime, "--pool", fmt.Sprint(pool),
+		"--max-concurrent", fmt.Sprint(cfg.maxConcurrent), "--max-queue", fmt.Sprint(max(cfg.maxQueue, conc)))
 	if err != nil {
 		return r, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return r, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	srv := exec.CommandContext(ctx, self, "serve", "--transport", "http", "--addr", addr,
-		"--image", cfg.image, "--runtime", cfg.runtime, "--pool", fmt.Sprint(pool),
-		"--max-concurrent", fmt.Sprint(cfg.maxConcurrent), "--max-queue", fmt.Sprint(max(cfg.maxQueue, conc)),
-		"--log-level", "warn")
-	srv.Stderr = stderr
-	if err := srv.Start(); err != nil {
-		return r, err
-	}
-	exited := make(chan struct{})
-	go func() { srv.Wait(); close(exited) }()
-	defer func() {
-		srv.Process.Kill()
-		<-exited
-	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("the server did not listen on %s", addr)
-		}
-	}
+	defer srv.kill()
+	addr := srv.addr
 
 	jobs := make(chan int, calls)
 	for i := range calls {
@@ -128,17 +102,71 @@ func runLoad(ctx context.Context, cfg config, calls, conc, pool int, stderr io.W
 	}
 	wg.Wait()
 	r.took = time.Since(start)
-	r.peakRSS = procMiB(srv.Process.Pid, "VmHWM")
+	r.peakRSS = procMiB(srv.cmd.Process.Pid, "VmHWM")
 
-	srv.Process.Signal(syscall.SIGTERM)
+	srv.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-exited:
+	case <-srv.exited:
 	case <-time.After(60 * time.Second):
 		return r, fmt.Errorf("the server did not stop within 60 s of SIGTERM")
 	}
 	host, _ := os.Hostname()
-	r.left, err = containersOwnedBy(fmt.Sprintf("%s/%d/", host, srv.Process.Pid))
+	r.left, err = containersOwnedBy(fmt.Sprintf("%s/%d/", host, srv.cmd.Process.Pid))
 	return r, err
+}
+
+// serveProcess is a `pybox serve --transport http` the benchmarks start.
+type serveProcess struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan struct{}
+}
+
+// startServe starts this binary as `pybox serve --transport http` on a
+// free loopback port with args, logging warnings to stderr, and waits
+// until it listens.
+func startServe(ctx context.Context, stderr io.Writer, args ...string) (*serveProcess, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &serveProcess{addr: ln.Addr().String(), exited: make(chan struct{})}
+	ln.Close()
+	p.cmd = exec.CommandContext(ctx, self, append([]string{"serve", "--transport", "http", "--addr", p.addr, "--log-level", "warn"}, args...)...)
+	p.cmd.Stderr = stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", p.addr); err == nil {
+			c.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return nil, fmt.Errorf("the server did not listen on %s", p.addr)
+		}
+	}
+}
+
+// stop ends the server with SIGTERM, or kills it after 30 s.
+func (p *serveProcess) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.kill()
+	}
+}
+
+func (p *serveProcess) kill() {
+	p.cmd.Process.Kill()
+	<-p.exited
 }
 
 func loadClient(ctx context.Context, addr string) (*mcpclient.Client, error) {
