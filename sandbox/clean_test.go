@@ -88,7 +88,7 @@ func cleanSandbox() *Sandbox {
 // compressed content withholds its file.
 func TestCleanRedactsEverythingTextual(t *testing.T) {
 	s := cleanSandbox()
-	out := newCallOut(1, 1000)
+	out := newCallOut(1, 1000, nil)
 	out.stdout.Write([]byte("token " + testToken + "\n"))
 	files := []OutputFile{
 		{Path: "dir/" + testToken + ".txt", Data: []byte("one")},
@@ -144,7 +144,7 @@ func fileNames(m map[string]OutputFile) []string {
 // are small, are still redacted.
 func TestCleanWithholdsPastBudget(t *testing.T) {
 	s := cleanSandbox()
-	out := newCallOut(1, 1000)
+	out := newCallOut(1, 1000, nil)
 	out.stderr.Write([]byte("Traceback: " + testToken + "\n"))
 	var dense strings.Builder
 	for i := 0; dense.Len() < 4<<20; i++ {

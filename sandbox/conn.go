@@ -35,6 +35,7 @@ type callOut struct {
 	seq    int
 	stdout *capWriter
 	stderr *capWriter
+	live   *liveOut // a copy for progress reports, or nil
 	files  []OutputFile
 	total  int
 	seen   map[string]bool
@@ -43,8 +44,8 @@ type callOut struct {
 	done   chan struct{} // closed when the report came
 }
 
-func newCallOut(seq, limit int) *callOut {
-	return &callOut{seq: seq, stdout: newCapWriter(limit, true), stderr: newCapWriter(limit, true), seen: map[string]bool{}, done: make(chan struct{})}
+func newCallOut(seq, limit int, live *liveOut) *callOut {
+	return &callOut{seq: seq, stdout: newCapWriter(limit, true), stderr: newCapWriter(limit, true), live: live, seen: map[string]bool{}, done: make(chan struct{})}
 }
 
 // diagLimit bounds the runner's own stderr kept for the log.
@@ -178,6 +179,9 @@ func (c *conn) stream(typ byte, p []byte) {
 		cur.stdout.Write(p)
 	} else {
 		cur.stderr.Write(p)
+	}
+	if cur.live != nil {
+		cur.live.Write(p)
 	}
 }
 

@@ -67,6 +67,10 @@ type Request struct {
 	CallID string
 	// Files are written under /mnt/user-data before the code runs.
 	Files []InputFile
+	// Progress, when set, is called while the call runs: at least every
+	// 3 s, and with the newest output as it comes (a few times a second
+	// at most), never after the call returns. It must not block for long.
+	Progress func(Progress)
 }
 
 // InputFile is a file for the code to read.
@@ -237,6 +241,8 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		return failure(ErrCancelled, errClosed, "pybox: the server is shutting down; the code did not run.")
 	}
 	defer s.work.leave()
+	pr := s.watch(req, arrival)
+	defer pr.stop() // before the result is returned: no report follows it
 
 	var b *box
 	if se != nil {
@@ -259,13 +265,15 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		b = s.takeWarm()
 	}
 	if b == nil {
+		pr.setPhase("starting")
 		var fail *Result
 		if b, fail = s.startBox(ctx, modeOnce, req.CallID, false, deadline, time.Until(deadline)); fail != nil {
 			s.lim.release()
 			return s.said(*fail)
 		}
 	}
-	res := s.exec(ctx, b, req, deadline, arrival)
+	pr.setPhase("running")
+	res := s.exec(ctx, b, req, deadline, arrival, pr.out())
 	if se != nil {
 		s.lim.release()
 		if !b.conn.alive() {
@@ -307,9 +315,9 @@ func (s *Sandbox) notRun(err error, waited time.Duration) Result {
 }
 
 // exec runs one call in a started sandbox and shapes its result.
-func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time) Result {
+func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time, live *liveOut) Result {
 	b.seq++
-	out := newCallOut(b.seq, s.opt.OutputLimit)
+	out := newCallOut(b.seq, s.opt.OutputLimit, live)
 	frame, err := encodeRun(b.seq, req, time.Until(deadline)+runnerMargin)
 	if err != nil {
 		return failure(ErrInvalidInput, err, "pybox: the code could not be encoded: "+err.Error())

@@ -60,6 +60,15 @@ type Options struct {
 	SessionIdle time.Duration
 	// SessionMaxAge ends a session this old; 0 means an hour.
 	SessionMaxAge time.Duration
+	// MaxTasks caps the tasks kept (running, or done until they expire);
+	// 0 means DefaultMaxTasks.
+	MaxTasks int
+	// MaxTasksPerConnection caps those of one connection; 0 means
+	// DefaultMaxTasksPerConnection.
+	MaxTasksPerConnection int
+	// TaskRetention is how long a task's result is kept after the call's
+	// time is up; 0 means DefaultTaskRetention.
+	TaskRetention time.Duration
 }
 
 // Limits are the sandbox's limits as the tool's description states them.
@@ -91,8 +100,17 @@ type Server struct {
 // MCP returns the server to serve over a transport.
 func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
 
-// Close ends every session.
-func (s *Server) Close(ctx context.Context) { s.h.sessions.close(ctx) }
+// Close ends every session and stops every task's call.
+func (s *Server) Close(ctx context.Context) {
+	s.h.tasks.endConn("")
+	s.h.sessions.close(ctx)
+}
+
+// OwnsTask reports whether a task belongs to an MCP session, for a
+// transport that must not show one connection another's task events.
+func (s *Server) OwnsTask(mcpSession, taskID string) bool {
+	return mcpSession != "" && s.h.tasks.owns(mcpSession, taskID)
+}
 
 // EndSessionsOf ends the Python sessions of one MCP session, for a
 // transport that sees it end (an HTTP DELETE of its Mcp-Session-Id).
@@ -102,6 +120,7 @@ func (s *Server) EndSessionsOf(ctx context.Context, mcpSession string) {
 	}
 	owner := connOwner(mcpSession)
 	s.h.sessions.end(ctx, "its connection closed", func(se *session) bool { return se.owner == owner })
+	s.h.tasks.endConn(mcpSession)
 }
 
 // New returns an MCP server with the run_python and python_sessions tools.
@@ -128,15 +147,27 @@ func New(opt Options) *Server {
 	if opt.SessionMaxAge <= 0 {
 		opt.SessionMaxAge = DefaultSessionMaxAge
 	}
-	h := &handler{opt: opt, sessions: newRegistry(opt.MaxSessions, opt.SessionIdle, opt.SessionMaxAge, opt.Logger)}
+	h := &handler{opt: opt, sessions: newRegistry(opt.MaxSessions, opt.SessionIdle, opt.SessionMaxAge, opt.Logger),
+		tasks: newTasks(opt.MaxTasks, opt.MaxTasksPerConnection, opt.TaskRetention)}
 	hooks := &mcpserver.Hooks{}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, cs mcpserver.ClientSession) {
 		owner := connOwner(cs.SessionID())
 		h.sessions.end(context.WithoutCancel(ctx), "its connection closed", func(s *session) bool { return s.owner == owner })
+		if cs.SessionID() != "" {
+			h.tasks.endConn(cs.SessionID())
+		}
 	})
+	hooks.AddOnRequestInitialization(h.tasks.admit)
+	hooks.AddBeforeCallTool(h.tasks.setTTL(h))
+	taskHooks := &mcpserver.TaskHooks{}
+	taskHooks.AddOnTaskCreated(h.tasks.created)
+	taskHooks.AddOnTaskCancelled(h.tasks.cancelled)
 	s := mcpserver.NewMCPServer("pybox", opt.Version,
 		mcpserver.WithHooks(hooks),
 		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithTaskCapabilities(true, true, true),
+		mcpserver.WithTaskHooks(taskHooks),
+		mcpserver.WithMaxConcurrentTasks(h.tasks.max),
 		mcpserver.WithInstructions("pybox runs Python code in a throwaway, locked-down sandbox with the scientific stack installed. Use run_python to compute exact numbers, analyse data, make charts and check claims; read exit_code and stderr and fix the code when it fails."),
 	)
 	s.AddTool(h.tool(), h.call)
@@ -147,6 +178,7 @@ func New(opt Options) *Server {
 type handler struct {
 	opt      Options
 	sessions *registry
+	tasks    *tasks
 }
 
 func (h *handler) tool() mcp.Tool {
@@ -159,12 +191,16 @@ func (h *handler) tool() mcp.Tool {
 		IdempotentHint:  mcp.ToBoolPtr(false),
 		OpenWorldHint:   mcp.ToBoolPtr(h.opt.Limits.Network),
 	}
+	// A client may run it as a task, to poll for a long call's result.
+	t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	return t
 }
 
 // call is the tool handler. Whatever happens inside, including a panic, it
 // returns the four fields and no Go error.
 func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mcp.CallToolResult, _ error) {
+	ctx, finished := h.tasks.run(ctx) // a task's call runs on its own
+	defer finished()
 	callID := sandbox.NewID()[:16]
 	start := time.Now()
 	var out Output
@@ -212,7 +248,9 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	if h.opt.Logger.Debug().Enabled() {
 		h.opt.Logger.Debug().Str("call", callID).Str("code", h.opt.Redactor.String(in.Code)).Msg("run_python code")
 	}
-	sreq := sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files}
+	rep := newReporter(ctx, req, in.Timeout)
+	defer rep.settle()
+	sreq := sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files, Progress: rep.callback()}
 	var res sandbox.Result
 	var sessionID string
 	if in.Session == "" {

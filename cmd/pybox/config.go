@@ -79,6 +79,11 @@ type config struct {
 	sessionIdle   time.Duration
 	sessionMaxAge time.Duration
 
+	// Tasks.
+	maxTasks        int
+	maxTasksPerConn int
+	taskRetention   time.Duration
+
 	// Redaction.
 	redactValues      stringList
 	redactPatterns    stringList
@@ -165,6 +170,9 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "live sessions (session_id \"new\") at most")
 	fs.DurationVar(&cfg.sessionIdle, "session-idle", server.DefaultSessionIdle, "a session unused this long ends")
 	fs.DurationVar(&cfg.sessionMaxAge, "session-max-age", server.DefaultSessionMaxAge, "a session this old ends")
+	fs.IntVar(&cfg.maxTasks, "max-tasks", server.DefaultMaxTasks, "tasks kept at most (running, or done until they expire)")
+	fs.IntVar(&cfg.maxTasksPerConn, "max-tasks-per-connection", server.DefaultMaxTasksPerConnection, "tasks one connection keeps at most")
+	fs.DurationVar(&cfg.taskRetention, "task-retention", server.DefaultTaskRetention, "how long a task's result is kept after its call's time is up")
 	fs.Var(&cfg.redactValues, "redact-value", "a secret value to redact from all output (repeatable; comma-separated in PYBOX_REDACT_VALUE)")
 	fs.Var(&cfg.redactPatterns, "redact-pattern", "KIND=REGEX: redact what REGEX matches as [REDACTED:KIND] (repeatable); a group named secret narrows it")
 	fs.Var(&cfg.redactDisable, "redact-disable", "a redaction rule to turn off: a pybox kind or a gitleaks rule id, or gitleaks for all of them (repeatable)")
@@ -304,6 +312,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--pool must not be negative")
 	case c.maxSessions <= 0 || c.sessionIdle <= 0 || c.sessionMaxAge <= 0:
 		return fmt.Errorf("the session limits must be positive")
+	case c.maxTasks <= 0 || c.maxTasksPerConn <= 0 || c.taskRetention <= 0:
+		return fmt.Errorf("the task limits must be positive")
 	case c.reconcileInterval <= 0:
 		return fmt.Errorf("--reconcile-interval must be positive")
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:
@@ -368,15 +378,18 @@ func (c *config) redactor() (*redact.Redactor, error) {
 
 func (c *config) serverOptions(sb *sandbox.Sandbox, rd *redact.Redactor, log zerolog.Logger) server.Options {
 	return server.Options{
-		Runner:         sb,
-		Redactor:       rd,
-		Logger:         log,
-		DefaultTimeout: c.timeout,
-		MaxTimeout:     c.maxTimeout,
-		Version:        version(),
-		MaxSessions:    c.maxSessions,
-		SessionIdle:    c.sessionIdle,
-		SessionMaxAge:  c.sessionMaxAge,
+		Runner:                sb,
+		Redactor:              rd,
+		Logger:                log,
+		DefaultTimeout:        c.timeout,
+		MaxTimeout:            c.maxTimeout,
+		Version:               version(),
+		MaxSessions:           c.maxSessions,
+		SessionIdle:           c.sessionIdle,
+		SessionMaxAge:         c.sessionMaxAge,
+		MaxTasks:              c.maxTasks,
+		MaxTasksPerConnection: c.maxTasksPerConn,
+		TaskRetention:         c.taskRetention,
 		Limits: server.Limits{
 			MemoryMiB:   int64(c.memory) >> 20,
 			CPUs:        c.cpus,

@@ -431,9 +431,17 @@ func freeAddr(t *testing.T) string {
 // startHTTP runs pybox serve on a free loopback port and waits for it.
 func startHTTP(t *testing.T, transportName, token string) string {
 	t.Helper()
+	addr, _ := startHTTPWith(t, transportName, token)
+	return addr
+}
+
+// startHTTPWith starts it with more environment; it returns its address
+// and process id.
+func startHTTPWith(t *testing.T, transportName, token string, env ...string) (string, int) {
+	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(binary, "serve", "--transport", transportName, "--addr", addr)
-	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+cmp.Or(os.Getenv("PYBOX_POOL"), "0"))
+	cmd.Env = append(append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+cmp.Or(os.Getenv("PYBOX_POOL"), "0")), env...)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -453,7 +461,7 @@ func startHTTP(t *testing.T, transportName, token string) string {
 		}
 		return err == nil
 	})
-	return addr
+	return addr, cmd.Process.Pid
 }
 
 func TestHTTPTransportsRequireToken(t *testing.T) {

@@ -248,3 +248,105 @@ func jsonError(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
+
+// taskEvents keeps each connection to its own tasks' events: mcp-go sends
+// notifications/tasks/status to every connection, so on an event stream
+// (Streamable HTTP's, or the SSE transport's) a status event is passed on
+// only to the connection whose task it is. The connection is the request's
+// Mcp-Session-Id, or the one the SSE transport's endpoint event names.
+func taskEvents(owns func(mcpSession, taskID string) bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(&eventFilter{ResponseWriter: w, session: r.Header.Get("Mcp-Session-Id"), owns: owns}, r)
+		})
+	}
+}
+
+type eventFilter struct {
+	http.ResponseWriter
+	session string
+	owns    func(mcpSession, taskID string) bool
+
+	decided, stream bool
+	buf             []byte // an event not yet whole
+}
+
+func (f *eventFilter) Write(p []byte) (int, error) {
+	if !f.decided {
+		f.decided = true
+		f.stream = strings.HasPrefix(f.Header().Get("Content-Type"), "text/event-stream")
+	}
+	if !f.stream {
+		return f.ResponseWriter.Write(p)
+	}
+	f.buf = append(f.buf, p...)
+	for {
+		end, sep := eventEnd(f.buf)
+		if end < 0 {
+			return len(p), nil
+		}
+		ev := f.buf[:end+sep]
+		if f.keep(ev[:end]) {
+			if _, err := f.ResponseWriter.Write(ev); err != nil {
+				return 0, err
+			}
+		}
+		f.buf = f.buf[end+sep:]
+	}
+}
+
+// eventEnd finds the blank line that ends an event: its index and length.
+func eventEnd(b []byte) (int, int) {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\n' && b[i] != '\r' {
+			continue
+		}
+		switch {
+		case b[i] == '\n' && b[i+1] == '\n':
+			return i, 2
+		case i+3 < len(b) && string(b[i:i+4]) == "\r\n\r\n":
+			return i, 4
+		}
+	}
+	return -1, 0
+}
+
+// keep decides on one event.
+func (f *eventFilter) keep(ev []byte) bool {
+	var name, data string
+	for _, line := range strings.Split(string(ev), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if v, ok := strings.CutPrefix(line, "event:"); ok {
+			name = strings.TrimSpace(v)
+		} else if v, ok := strings.CutPrefix(line, "data:"); ok {
+			data += strings.TrimPrefix(v, " ")
+		}
+	}
+	if name == "endpoint" && f.session == "" {
+		if u, err := url.Parse(strings.TrimSpace(data)); err == nil {
+			f.session = u.Query().Get("sessionId")
+		}
+		return true
+	}
+	if !strings.Contains(data, `"notifications/tasks/status"`) {
+		return true
+	}
+	var n struct {
+		Method string `json:"method"`
+		Params struct {
+			TaskID string `json:"taskId"`
+		} `json:"params"`
+	}
+	if json.Unmarshal([]byte(data), &n) != nil || n.Method != "notifications/tasks/status" {
+		return true
+	}
+	return f.owns(f.session, n.Params.TaskID)
+}
+
+func (f *eventFilter) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+func (f *eventFilter) Unwrap() http.ResponseWriter { return f.ResponseWriter }

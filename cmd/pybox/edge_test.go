@@ -88,3 +88,54 @@ func TestEdge(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskEventsStayWithTheirConnection(t *testing.T) {
+	owns := func(session, task string) bool { return session+"/"+task == "s1/mine" }
+	status := func(task string) string {
+		return `event: message` + "\n" + `data: {"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"` + task + `","status":"completed"}}` + "\n\n"
+	}
+	result := "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n\n"
+	for _, tc := range []struct {
+		name, session string
+		events        []string
+		want          string
+	}{
+		{"streamable", "s1", []string{status("mine"), status("theirs"), result}, status("mine") + result},
+		{"no session", "", []string{status("mine"), result}, result},
+		// The SSE transport names its session in the endpoint event.
+		{"sse", "", []string{"event: endpoint\ndata: /message?sessionId=s1\r\n\r\n", status("theirs"), status("mine")},
+			"event: endpoint\ndata: /message?sessionId=s1\r\n\r\n" + status("mine")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := taskEvents(owns)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for _, ev := range tc.events {
+					// In two pieces: an event may come in several writes.
+					half := len(ev) / 2
+					w.Write([]byte(ev[:half]))
+					w.Write([]byte(ev[half:]))
+					w.(http.Flusher).Flush()
+				}
+			}))
+			req := httptest.NewRequest("GET", "/mcp", nil)
+			if tc.session != "" {
+				req.Header.Set("Mcp-Session-Id", tc.session)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if got := rec.Body.String(); got != tc.want {
+				t.Errorf("got\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+	// A JSON answer passes untouched.
+	h := taskEvents(owns)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"theirs"}}`))
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/mcp", nil))
+	if !strings.Contains(rec.Body.String(), "theirs") {
+		t.Error("a JSON body was filtered")
+	}
+}

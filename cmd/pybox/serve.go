@@ -143,7 +143,7 @@ func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerol
 	mux := http.NewServeMux()
 	// The edge of every endpoint, outermost first (see edge.go).
 	edge := func(h http.Handler) http.Handler {
-		return guardOrigin(cfg.origins)(bearerAuth(cfg.tokens)(requireJSON(limitBody(int64(cfg.maxRequestBytes))(h))))
+		return guardOrigin(cfg.origins)(bearerAuth(cfg.tokens)(requireJSON(limitBody(int64(cfg.maxRequestBytes))(taskEvents(srv.OwnsTask)(h)))))
 	}
 	switch cfg.transport {
 	case "http":
