@@ -13,10 +13,10 @@ import (
 
 type fakeConn string
 
-func (fakeConn) Initialize()                                          {}
-func (fakeConn) Initialized() bool                                    { return true }
+func (fakeConn) Initialize()                                         {}
+func (fakeConn) Initialized() bool                                   { return true }
 func (fakeConn) NotificationChannel() chan<- mcp.JSONRPCNotification { return nil }
-func (c fakeConn) SessionID() string                                  { return string(c) }
+func (c fakeConn) SessionID() string                                 { return string(c) }
 
 // onConn is a request's context on a connection ("" for none), as mcp-go
 // makes it.
