@@ -55,6 +55,7 @@ const (
 func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport bool, deadline time.Time, life time.Duration) (*box, *Result) {
 	user, uid := s.uids.take()
 	spec := s.containerSpec(callID, user)
+	spec.Lifetime = time.Until(deadline) + life + 2*runnerMargin
 	if mode == modeSession {
 		spec.Labels[LabelSession] = "true"
 	}
@@ -91,6 +92,7 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 		FileBytes:    s.opt.MaxOutputFileBytes,
 		TotalBytes:   s.opt.MaxOutputBytes,
 		RequestBytes: MaxCodeBytes + s.opt.MaxInputBytes + 1<<20,
+		Procs:        s.rlimitProcs,
 	}}
 	if preimport {
 		cfg.PreImport = s.opt.PreImport

@@ -73,6 +73,9 @@ func (s *Sandbox) BuildImage(ctx context.Context, opt BuildOptions) error {
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(progress, "pybox image build: "+format+"\n", a...) }
 
+	if s.imp == nil {
+		return errors.New("the image is built on a Docker engine (pybox image build without --backend kubernetes), then loaded into the cluster's nodes or pushed to its registry (deploy/kubernetes/README.md)")
+	}
 	if _, err := s.imp.Ping(ctx); err != nil {
 		return fmt.Errorf("the Docker engine at %s does not answer: %w", s.imp.Host(), err)
 	}

@@ -85,6 +85,9 @@ var pinnedSeccomp string
 // Options configures a [Sandbox]. The zero value of every field is the
 // hardened default; set a field only to loosen or tighten it on purpose.
 type Options struct {
+	// Kubernetes, when set, runs each sandbox as a pod of a cluster
+	// instead of a container of the Docker engine.
+	Kubernetes *KubeOptions
 	// Image is the sandbox image; "" means [DefaultImage].
 	Image string
 	// Runtime is the OCI runtime ("runc", "runsc"); "" means the engine's default.

@@ -70,6 +70,9 @@ type runnerLimits struct {
 	FileBytes    int `json:"file_bytes"`
 	TotalBytes   int `json:"total_bytes"`
 	RequestBytes int `json:"request_bytes"`
+	// Procs, when set, bounds the processes and threads of the sandbox's
+	// uid (RLIMIT_NPROC), for engines with no pids limit of their own.
+	Procs int64 `json:"procs,omitempty"`
 }
 
 // encodeRun is the frame that starts call seq. In a one-call sandbox the

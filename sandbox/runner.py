@@ -115,6 +115,13 @@ def _pybox_supervise():
     max_file = int(lim.get("file_bytes", 10 << 20))
     max_total = int(lim.get("total_bytes", 20 << 20))
     max_request = int(lim.get("request_bytes", 12 << 20))
+    if int(lim.get("procs", 0)) > 0:
+        # Where no pids cgroup bounds the sandbox (a pod: Kubernetes bounds
+        # only a node's pods together), the code's uid, which is the
+        # sandbox's own, is bounded instead: processes and threads.
+        import resource
+        n = int(lim["procs"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     # When to give up on the server: it stops calls itself, and when it is
     # gone its attach ends and stdin with it; this is for a server that
     # is neither (stopped, stalled), so no sandbox runs on without one.

@@ -132,6 +132,8 @@ type Sandbox struct {
 	imp   importer
 	// closeEngine releases what the engine client holds; nil for none.
 	closeEngine func() error
+	// rlimitProcs is the runner's RLIMIT_NPROC, or 0.
+	rlimitProcs int64
 	log         zerolog.Logger
 	owner       string
 	lim         *limiter
@@ -161,12 +163,18 @@ type engineParts struct {
 	probe prober
 	imp   importer
 	close func() error
+	// rlimitProcs: the engine has no pids limit, so the runner bounds the
+	// sandbox's uid with RLIMIT_NPROC.
+	rlimitProcs bool
 }
 
 // New returns a Sandbox that talks to the Docker engine configured by the
 // environment (DOCKER_HOST, DOCKER_CERT_PATH, ...). It does not contact the
 // engine: a dead engine shows up in each [Result] until it comes back.
 func New(opt Options, log zerolog.Logger) (*Sandbox, error) {
+	if opt.Kubernetes != nil {
+		return newKubernetes(opt, *opt.Kubernetes, log)
+	}
 	eng, err := newDockerEngine()
 	if err != nil {
 		return nil, err
@@ -195,6 +203,9 @@ func newSandbox(opt Options, eng engineParts, log zerolog.Logger) (*Sandbox, err
 		failed:      map[string]time.Time{},
 		abandoned:   map[string]time.Time{},
 		reconciled:  make(chan struct{}),
+	}
+	if eng.rlimitProcs {
+		s.rlimitProcs = r.PidsLimit
 	}
 	s.startPool()
 	go s.reconcile()

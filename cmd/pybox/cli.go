@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 )
 
@@ -35,6 +36,7 @@ func version() string {
 // run is the whole command; it returns the process's exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := "serve"
+	args = commandFirst(args)
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
@@ -66,6 +68,41 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "pybox: unknown command %q\n\n%s\n", cmd, topUsage)
 		return 2
 	}
+}
+
+// commands are the words run knows.
+var commands = []string{"serve", "exec", "image", "doctor", "bench", "janitor", "version", "help"}
+
+// commandFirst lets flags come before the command (pybox --backend
+// kubernetes exec -c ...): the first command word that is not a flag's
+// value moves to the front, and the flags before it after it.
+func commandFirst(args []string) []string {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+		return args
+	}
+	var cfg config
+	fs := flagSet("serve", true, &cfg)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return args
+		}
+		if !strings.HasPrefix(a, "-") {
+			if slices.Contains(commands, a) {
+				return append(append([]string{a}, args[:i]...), args[i+1:]...)
+			}
+			return args
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			return args
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+			i++ // its value
+		}
+	}
+	return args
 }
 
 // parseCommand parses a command's flags; done is true when the command

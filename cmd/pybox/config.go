@@ -37,27 +37,38 @@ type config struct {
 	maxTimeout time.Duration
 
 	// Sandbox.
-	image         string
-	runtime       string
-	memory        byteSize
-	cpus          float64
-	pids          int64
-	tmpfsSize     byteSize
-	network       bool
-	readOnly      bool
-	user          string
-	uidRange      string
-	uidBase       int // from uidRange, by validate
-	uidCount      int
-	allowRoot     bool
-	capDropAll    bool
-	noNewPrivs    bool
-	seccomp       string
-	logDriver     string
-	maxConcurrent int
-	maxQueue      int
-	queueTimeout  time.Duration
-	outputLimit   byteSize
+	image   string
+	runtime string
+
+	// Kubernetes backend.
+	backend          string
+	kubeconfig       string
+	namespace        string
+	runtimeClass     string
+	nodeSelector     stringList
+	tolerations      stringList
+	networkPolicy    string
+	seccompLocalhost string
+	imagePullPolicy  string
+	memory           byteSize
+	cpus             float64
+	pids             int64
+	tmpfsSize        byteSize
+	network          bool
+	readOnly         bool
+	user             string
+	uidRange         string
+	uidBase          int // from uidRange, by validate
+	uidCount         int
+	allowRoot        bool
+	capDropAll       bool
+	noNewPrivs       bool
+	seccomp          string
+	logDriver        string
+	maxConcurrent    int
+	maxQueue         int
+	queueTimeout     time.Duration
+	outputLimit      byteSize
 
 	// Files.
 	maxInputBytes      byteSize
@@ -139,6 +150,15 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 
 	fs.StringVar(&cfg.image, "image", sandbox.DefaultImage, "sandbox image")
 	fs.StringVar(&cfg.runtime, "runtime", "runc", "OCI runtime: runc, or runsc for gVisor")
+	fs.StringVar(&cfg.backend, "backend", "docker", "where sandboxes run: docker (a Docker engine), or kubernetes (pods of a cluster)")
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubernetes: a kubeconfig file; by default found as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config)")
+	fs.StringVar(&cfg.namespace, "namespace", "", "kubernetes: the sandbox pods' namespace; by default the kubeconfig's or the service account's")
+	fs.StringVar(&cfg.runtimeClass, "runtime-class", "", "kubernetes: the sandbox pods' RuntimeClass, such as gvisor; by default the cluster's default runtime")
+	fs.Var(&cfg.nodeSelector, "node-selector", "kubernetes: KEY=VALUE a node must have to run sandbox pods (repeatable)")
+	fs.Var(&cfg.tolerations, "toleration", "kubernetes: KEY[=VALUE]:EFFECT, a taint the sandbox pods tolerate (repeatable)")
+	fs.StringVar(&cfg.networkPolicy, "network-policy", "create", "kubernetes: the sandbox pods' deny-all NetworkPolicy: create (when missing), require (refuse to start without it), or off")
+	fs.StringVar(&cfg.seccompLocalhost, "seccomp-localhost", "", "kubernetes: a seccomp profile on every node (relative to the kubelet's seccomp directory) for the sandbox pods; by default the runtime's default profile")
+	fs.StringVar(&cfg.imagePullPolicy, "image-pull-policy", "IfNotPresent", "kubernetes: the sandbox pods' image pull policy: IfNotPresent, Never or Always")
 	cfg.memory = sandbox.DefaultMemoryBytes
 	fs.Var(&cfg.memory, "memory", "memory limit of a sandbox, no swap")
 	fs.Float64Var(&cfg.cpus, "cpus", 1, "CPUs of a sandbox")
@@ -236,7 +256,21 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 	if rt == "runc" {
 		rt = "" // the engine's default, which is runc unless configured otherwise
 	}
+	var kube *sandbox.KubeOptions
+	if c.backend == "kubernetes" {
+		kube = &sandbox.KubeOptions{
+			Kubeconfig:       c.kubeconfig,
+			Namespace:        c.namespace,
+			RuntimeClass:     c.runtimeClass,
+			NodeSelector:     c.nodeSelectorMap(),
+			Tolerations:      c.tolerations,
+			NetworkPolicy:    c.networkPolicy,
+			SeccompLocalhost: c.seccompLocalhost,
+			ImagePullPolicy:  c.imagePullPolicy,
+		}
+	}
 	return sandbox.Options{
+		Kubernetes:         kube,
 		Image:              c.image,
 		Runtime:            rt,
 		MemoryBytes:        int64(c.memory),
@@ -269,6 +303,19 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		SessionMaxAge:      c.sessionMaxAge,
 		ReconcileInterval:  c.reconcileInterval,
 	}
+}
+
+// nodeSelectorMap is --node-selector as a map.
+func (c *config) nodeSelectorMap() map[string]string {
+	if len(c.nodeSelector) == 0 {
+		return nil
+	}
+	m := map[string]string{}
+	for _, kv := range c.nodeSelector {
+		k, v, _ := strings.Cut(kv, "=")
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m
 }
 
 // preImportList is nil (the default list) unless modules were named.
@@ -314,6 +361,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("the session limits must be positive")
 	case c.maxTasks <= 0 || c.maxTasksPerConn <= 0 || c.taskRetention <= 0:
 		return fmt.Errorf("the task limits must be positive")
+	case c.backend != "docker" && c.backend != "kubernetes":
+		return fmt.Errorf("--backend %q: give docker or kubernetes", c.backend)
+	case c.networkPolicy != "create" && c.networkPolicy != "require" && c.networkPolicy != "off":
+		return fmt.Errorf("--network-policy %q: give create, require or off", c.networkPolicy)
+	case c.imagePullPolicy != "IfNotPresent" && c.imagePullPolicy != "Never" && c.imagePullPolicy != "Always":
+		return fmt.Errorf("--image-pull-policy %q: give IfNotPresent, Never or Always", c.imagePullPolicy)
+	case c.backend == "kubernetes" && c.runtime != "runc":
+		return fmt.Errorf("--runtime is the Docker engine's; with --backend kubernetes, choose gVisor with --runtime-class (such as gvisor)")
 	case c.reconcileInterval <= 0:
 		return fmt.Errorf("--reconcile-interval must be positive")
 	case c.maxOutputFiles <= 0 || c.maxInputBytes <= 0 || c.maxInputFileBytes <= 0 || c.maxOutputFileBytes <= 0 || c.maxOutputBytes <= 0:

@@ -88,7 +88,16 @@ func (s *syncBuffer) String() string {
 
 func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return startProcIn(t, nil, env, args...)
+}
+
+// startProcIn starts it under a wrapper command (nsenter into the
+// Kubernetes test cluster's network namespace, which execs the server in
+// its own process).
+func startProcIn(t *testing.T, wrap []string, env []string, args ...string) *proc {
+	t.Helper()
+	argv := append(append(append([]string(nil), wrap...), binary), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	// No pool unless a test asks: these tests count the server's containers.
 	cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_POOL=0")
 	cmd.Env = append(cmd.Env, env...)

@@ -24,7 +24,7 @@ func TestPodman(t *testing.T) {
 	for _, pool := range []string{"0", "2"} {
 		t.Run("pool="+pool, func(t *testing.T) {
 			p := startProc(t, []string{"DOCKER_HOST=" + host, "PYBOX_IMAGE=" + ref, "PYBOX_POOL=" + pool, "PYBOX_MAX_CONCURRENT=3", "PYBOX_SECRET_CANARY=" + canary})
-			podmanCalls(t, p, canary)
+			coreCalls(t, p, canary, "['lo']")
 			prefix := p.ownerPrefix()
 			p.stdin.Close()
 			select {
@@ -64,7 +64,12 @@ func TestPodman(t *testing.T) {
 	})
 }
 
-func podmanCalls(t *testing.T, p *proc, canary string) {
+// coreCalls are the core acceptance calls through a server, on any engine:
+// results, tracebacks, exit codes, timeout, memory kill, output cap, bytes,
+// walls from inside (ifaces: the network devices the sandbox has, as
+// Python prints their sorted list), files in and out, a chart, a session,
+// concurrency.
+func coreCalls(t *testing.T, p *proc, canary, ifaces string) {
 	sc := func(code string, timeout float64) map[string]any {
 		t.Helper()
 		args := map[string]any{"code": code}
@@ -150,11 +155,11 @@ except OSError:
 		ids, rest, _ := strings.Cut(out, "\n")
 		uid, gid, _ := strings.Cut(ids, " ")
 		if uid != gid || len(uid) != 10 || !strings.HasPrefix(uid, "200") {
-			t.Errorf("the Podman sandbox runs as %q; want a uid of its own from the range, its gid the same", ids)
+			t.Errorf("the sandbox runs as %q; want a uid of its own from the range, its gid the same", ids)
 		}
-		want := "0000000000000000 0000000000000000 1 2\n['lo']\nroot read-only 30\nFalse\nno network\n"
+		want := "0000000000000000 0000000000000000 1 2\n" + ifaces + "\nroot read-only 30\nFalse\nno network\n"
 		if rest != want {
-			t.Errorf("walls inside the Podman sandbox:\n%v\nwant:\n%s", rest, want)
+			t.Errorf("walls inside the sandbox:\n%v\nwant:\n%s", rest, want)
 		}
 	})
 	t.Run("files", func(t *testing.T) {

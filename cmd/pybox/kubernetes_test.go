@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pybox/pybox/internal/testenv"
+)
+
+// kubePods lists the sandbox pods in the test cluster whose owner
+// annotation starts with prefix ("" for all).
+func kubePods(t *testing.T, prefix string) []corev1.Pod {
+	t.Helper()
+	out, err := testenv.Kubectl(context.Background(), "get", "pods", "-l", "pybox.managed=true", "-o", "json")
+	if err != nil {
+		t.Fatalf("kubectl get pods: %v %s", err, out)
+	}
+	var list corev1.PodList
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("kubectl get pods: %v", err)
+	}
+	var pods []corev1.Pod
+	for _, p := range list.Items {
+		if strings.HasPrefix(p.Annotations["pybox.owner"], prefix) {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}
+
+func podNames(pods []corev1.Pod) []string {
+	var n []string
+	for _, p := range pods {
+		n = append(n, p.Name+"("+string(p.Status.Phase)+")")
+	}
+	return n
+}
+
+// kubeEnv is the environment of a pybox on the test cluster's backend.
+func kubeEnv(pool string) []string {
+	return []string{"PYBOX_BACKEND=kubernetes", "PYBOX_POOL=" + pool, "PYBOX_IMAGE_PULL_POLICY=Never"}
+}
+
+// TestKubernetes runs the core acceptance calls through a real pybox whose
+// sandboxes are pods of the real single-node cluster that
+// scripts/ensure-kubernetes.sh runs, with the warm pool off and on; reads
+// the walls from inside the pod and from its spec; and checks that nothing
+// is left in the cluster once the server has exited.
+func TestKubernetes(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	const canary = "KUBE_CANARY_3b81f0"
+	for _, pool := range []string{"0", "2"} {
+		t.Run("pool="+pool, func(t *testing.T) {
+			p := startProcIn(t, testenv.InKube(), append(kubeEnv(pool), "PYBOX_MAX_CONCURRENT=3", "PYBOX_SECRET_CANARY="+canary))
+			// A pod has its loopback and its end of a veth pair.
+			coreCalls(t, p, canary, "['eth0', 'lo']")
+			t.Run("pod spec", func(t *testing.T) { kubePodSpec(t, p) })
+			t.Run("network", func(t *testing.T) { kubeNetwork(t, p) })
+			prefix := p.ownerPrefix()
+			p.stdin.Close()
+			select {
+			case <-p.exited:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the server did not exit within 60 s of stdin's end")
+			}
+			if left := kubePods(t, prefix); len(left) > 0 {
+				t.Errorf("pods left in the cluster after the server exited: %v", podNames(left))
+			}
+		})
+	}
+}
+
+// kubePodSpec reads the walls from the spec of a running call's pod.
+func kubePodSpec(t *testing.T, p *proc) {
+	done := make(chan map[string]any, 1)
+	go func() {
+		done <- p.runPython(map[string]any{"code": "import time; time.sleep(3); print('ok')"}, 90*time.Second).Result.StructuredContent
+	}()
+	var pod *corev1.Pod
+	waitFor(t, "the call's pod", 30*time.Second, func() bool {
+		for _, q := range kubePods(t, p.ownerPrefix()) {
+			// The call's pod, or a pooled one: the same spec.
+			if q.Status.Phase == corev1.PodRunning && q.Labels["pybox.session"] == "" {
+				pod = &q
+				return true
+			}
+		}
+		return false
+	})
+	if r := <-done; r["stdout"] != "ok\n" {
+		t.Errorf("the call: %v", r)
+	}
+	s := pod.Spec
+	c := s.Containers[0]
+	check := func(ok bool, what string) {
+		if !ok {
+			t.Errorf("pod spec: %s", what)
+		}
+	}
+	sc, psc := c.SecurityContext, s.SecurityContext
+	check(psc != nil && psc.RunAsUser != nil && *psc.RunAsUser >= 2000000000 && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot, "a non-root uid of its own from the range")
+	check(sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation, "no privilege escalation")
+	check(sc != nil && sc.Privileged != nil && !*sc.Privileged, "not privileged")
+	check(sc != nil && sc.Capabilities != nil && len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL" && len(sc.Capabilities.Add) == 0, "every capability dropped")
+	check(sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "a read-only root")
+	check(psc != nil && psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault, "the runtime's default seccomp profile")
+	check(s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken, "no service account token")
+	check(s.EnableServiceLinks != nil && !*s.EnableServiceLinks, "no service links")
+	check(!s.HostNetwork && !s.HostPID && !s.HostIPC, "no host namespaces")
+	check(s.RestartPolicy == corev1.RestartPolicyNever, "restartPolicy Never")
+	check(s.ActiveDeadlineSeconds != nil && *s.ActiveDeadlineSeconds > 30 && *s.ActiveDeadlineSeconds < 3600, fmt.Sprintf("a deadline the cluster enforces, past the call's (%d s)", *s.ActiveDeadlineSeconds))
+	lim := c.Resources.Limits
+	check(lim.Memory().Value() == 256<<20, fmt.Sprintf("a 256 MiB memory limit (%v)", lim.Memory()))
+	check(lim.Cpu().MilliValue() == 1000, fmt.Sprintf("a 1 CPU limit (%v)", lim.Cpu()))
+	check(!lim.StorageEphemeral().IsZero(), "an ephemeral-storage limit")
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	for _, path := range []string{"/tmp", "/mnt/user-data", "/mnt/outputs", "/dev/shm"} {
+		ok := false
+		for _, v := range s.Volumes {
+			if v.Name == mounts[path] && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory && v.EmptyDir.SizeLimit != nil && !v.EmptyDir.SizeLimit.IsZero() {
+				ok = true
+			}
+		}
+		check(ok, path+" is a memory-backed emptyDir with a size limit")
+	}
+	for _, v := range s.Volumes {
+		check(v.HostPath == nil && v.Projected == nil && v.Secret == nil, "no host path, projected or secret volume: "+v.Name)
+	}
+	check(len(c.Env) == 0 || !strings.Contains(fmt.Sprint(c.Env), "KUBE_CANARY"), "none of the server's environment")
+}
+
+// kubeNetwork shows that a sandbox pod reaches nothing: not the API
+// server, not the kubelet, not another sandbox pod, not the internet.
+func kubeNetwork(t *testing.T, p *proc) {
+	// Another sandbox to aim at, running while the probe does.
+	other := make(chan map[string]any, 1)
+	go func() {
+		other <- p.runPython(map[string]any{"code": "import time; time.sleep(8)"}, 90*time.Second).Result.StructuredContent
+	}()
+	var otherIP string
+	waitFor(t, "another sandbox pod", 30*time.Second, func() bool {
+		for _, q := range kubePods(t, p.ownerPrefix()) {
+			if q.Status.Phase == corev1.PodRunning && q.Status.PodIP != "" && !strings.HasPrefix(q.Annotations["pybox.call"], "pool-") {
+				otherIP = q.Status.PodIP
+				return true
+			}
+		}
+		return false
+	})
+	r := p.runPython(map[string]any{"code": fmt.Sprintf(`import socket, subprocess
+targets = [("10.254.254.1", 6443), ("10.254.254.1", 10250), ("%s", 80), ("1.1.1.1", 53), ("8.8.8.8", 443)]
+for ip, port in targets:
+    try:
+        socket.create_connection((ip, port), timeout=2).close()
+        print(ip, port, "reached")
+    except OSError as e:
+        print(ip, port, "refused" if e.errno == 111 else "no route" if e.errno in (101, 113) else "timed out" if isinstance(e, TimeoutError) else e.errno)
+print(open("/proc/net/route").read().count("\n") - 1, "routes")
+`, otherIP), "timeout": 30}, 90*time.Second).Result.StructuredContent
+	out, _ := r["stdout"].(string)
+	if strings.Contains(out, "reached") || strings.Contains(out, "refused") || r["exit_code"] != 0.0 {
+		t.Errorf("a sandbox pod reached something:\n%s %v", out, r["stderr"])
+	}
+	t.Logf("from a sandbox pod:\n%s", out)
+	<-other
+}
+
+// TestKubernetesServerKilled kills pybox in the middle of a call: the
+// pod's stdin closes with pybox's attach, so its runner ends; a pybox
+// frozen instead (its attach open, nothing read) has its pod ended by the
+// cluster itself at the pod's activeDeadlineSeconds.
+func TestKubernetesServerKilled(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	for _, how := range []string{"SIGKILL", "SIGSTOP"} {
+		t.Run(how, func(t *testing.T) {
+			p := startProcIn(t, testenv.InKube(), kubeEnv("0"))
+			p.start("tools/call", map[string]any{"name": "run_python", "arguments": map[string]any{"code": "import time\nwhile True: time.sleep(1)", "timeout": 5}})
+			prefix := p.ownerPrefix()
+			var pod corev1.Pod
+			waitFor(t, "the call's pod", 30*time.Second, func() bool {
+				for _, q := range kubePods(t, prefix) {
+					if q.Status.Phase == corev1.PodRunning {
+						pod = q
+						return true
+					}
+				}
+				return false
+			})
+			deadline := pod.CreationTimestamp.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
+			sig := syscall.SIGKILL
+			if how == "SIGSTOP" {
+				sig = syscall.SIGSTOP
+			}
+			killed := time.Now()
+			p.cmd.Process.Signal(sig)
+			var ended time.Time
+			waitFor(t, "the pod's end", time.Until(deadline)+60*time.Second, func() bool {
+				for _, q := range kubePods(t, prefix) {
+					if q.Name == pod.Name && (q.Status.Phase == corev1.PodRunning || q.Status.Phase == corev1.PodPending) {
+						return false
+					}
+				}
+				ended = time.Now()
+				return true
+			})
+			t.Logf("%s: the pod ended %v after the signal; its deadline was %v after it", how, ended.Sub(killed).Round(10*time.Millisecond), deadline.Sub(killed).Round(time.Second))
+			if ended.After(deadline.Add(15 * time.Second)) {
+				t.Errorf("the pod ran past its deadline: ended %v, deadline %v", ended, deadline)
+			}
+			if how == "SIGSTOP" && ended.Before(deadline.Add(-2*time.Second)) {
+				t.Errorf("the frozen server's pod ended %v before its deadline: not the cluster's doing", deadline.Sub(ended))
+			}
+			// What is left is a finished pod object; the next pybox on this
+			// host reaps it once its owner is dead.
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.exited
+			q := startProcIn(t, testenv.InKube(), kubeEnv("0"))
+			waitFor(t, "the reaping of the dead server's pods", 60*time.Second, func() bool { return len(kubePods(t, prefix)) == 0 })
+			q.stdin.Close()
+		})
+	}
+}
