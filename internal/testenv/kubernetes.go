@@ -62,3 +62,19 @@ func Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 	argv := append(InKube(), append([]string{"kubectl"}, args...)...)
 	return exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 }
+
+// KubeDir is where scripts/ensure-kubernetes.sh keeps the cluster.
+func KubeDir() string {
+	if d := os.Getenv("PYBOX_K8S_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/pybox-k8s"
+}
+
+// KubeCtr runs ctr against the cluster's containerd (Kubernetes' namespace).
+func KubeCtr(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	argv := append([]string{"-a", KubeDir() + "/containerd/containerd.sock", "-n", "k8s.io"}, args...)
+	return exec.CommandContext(ctx, "ctr", argv...).CombinedOutput()
+}
