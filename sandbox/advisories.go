@@ -12,6 +12,14 @@ import (
 // stronger settings that exist and whether they are in use.
 func (e EngineInfo) Advisories(runtime string) []string {
 	var out []string
+	if e.Product == "Kubernetes" {
+		// The cluster's nodes are not seen from here: its runc and kernel
+		// are the operator's to keep current.
+		if runtime != "gvisor" {
+			out = append(out, "stronger isolation: a gVisor RuntimeClass (deploy/kubernetes/runtimeclass-gvisor.yaml, with the runsc shim on the nodes) and --runtime-class gvisor run every sandbox pod under a user-space kernel")
+		}
+		return out
+	}
 	if v, ok := parseVersion(e.RuncVersion); ok && runcVulnerable(v) {
 		out = append(out, fmt.Sprintf("runc %s lacks the fixes for CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881 (container escapes through /dev/null masking, /dev/console and procfs writes; fixed in runc 1.2.8, 1.3.3 and 1.4.0-rc.3): upgrade the engine's runc, or run calls under gVisor (--runtime runsc)", e.RuncVersion))
 	}

@@ -14,9 +14,18 @@ func (s *Sandbox) Ping(ctx context.Context) (string, error) {
 	defer cancel()
 	v, err := s.probe.Ping(pctx)
 	if err != nil {
-		return "", fmt.Errorf("the Docker engine at %s does not answer: %w", s.probe.Host(), err)
+		return "", fmt.Errorf("the %s at %s does not answer: %w", s.EngineKind(), s.probe.Host(), err)
 	}
 	return v, nil
+}
+
+// EngineKind names what runs the sandboxes: "Docker engine" (Podman's
+// compatible API included) or "Kubernetes cluster".
+func (s *Sandbox) EngineKind() string {
+	if s.opt.Kubernetes != nil {
+		return "Kubernetes cluster"
+	}
+	return "Docker engine"
 }
 
 // EngineInfo reports the engine's version, runtimes and cgroup setup.
@@ -36,6 +45,9 @@ type ImageStatus struct {
 	Version string
 	// Current is true when Version is the one this binary expects.
 	Current bool
+	// Unverified: the engine does not say the image's version (a cluster),
+	// so Current is not known.
+	Unverified bool
 }
 
 // ImageStatus reports whether the sandbox image is present and current.
@@ -53,6 +65,7 @@ func (s *Sandbox) ImageStatus(ctx context.Context) (ImageStatus, error) {
 	st.Present, st.ID, st.Size = true, info.ID, info.Size
 	st.Version = info.Labels[LabelImageVersion]
 	st.Current = st.Version == ImageVersion
+	st.Unverified = info.NoLabels
 	return st, nil
 }
 

@@ -141,6 +141,9 @@ type imageInfo struct {
 	ID     string
 	Labels map[string]string
 	Size   int64
+	// NoLabels: the engine does not report the image's labels (a
+	// cluster's nodes list only names and sizes).
+	NoLabels bool
 }
 
 // EngineInfo is what the engine says about itself.
@@ -154,6 +157,8 @@ type EngineInfo struct {
 	DefaultRT     string
 	CgroupVersion string
 	RuncVersion   string
+	// Namespace is where a cluster's sandbox pods go.
+	Namespace string
 	// SecurityOptions are the engine's security features ("name=seccomp,...",
 	// "name=userns", ...).
 	SecurityOptions []string

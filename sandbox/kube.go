@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -129,8 +130,7 @@ func kubeConfig(path string) (*rest.Config, string, error) {
 func newKubeEngine(k KubeOptions) (*kubeEngine, error) {
 	// client-go's own log lines (a closed stream's copy errors, which the
 	// stream's end reports to pybox anyway) would go to stderr unformatted.
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
+	klog.SetLogger(logr.Discard())
 	cfg, ns, err := kubeConfig(k.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -668,7 +668,7 @@ func (e *kubeEngine) ServerInfo(ctx context.Context) (EngineInfo, error) {
 	if err != nil {
 		return EngineInfo{}, err
 	}
-	info := EngineInfo{Product: "Kubernetes", ServerVersion: v.GitVersion, APIVersion: "v1", OS: v.Platform, DefaultRT: "default"}
+	info := EngineInfo{Product: "Kubernetes", ServerVersion: v.GitVersion, APIVersion: "v1", OS: v.Platform, DefaultRT: "default", Namespace: e.ns}
 	if rcs, err := e.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{}); err == nil {
 		for _, rc := range rcs.Items {
 			info.Runtimes = append(info.Runtimes, rc.Name)
@@ -685,7 +685,7 @@ func (e *kubeEngine) ImageInspect(ctx context.Context, ref string) (imageInfo, e
 	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if apierrors.IsForbidden(err) {
-			return imageInfo{ID: ref}, nil // a Role without nodes: trust the pull
+			return imageInfo{ID: ref, NoLabels: true}, nil // a Role without nodes: trust the pull
 		}
 		return imageInfo{}, err
 	}
@@ -695,7 +695,7 @@ func (e *kubeEngine) ImageInspect(ctx context.Context, ref string) (imageInfo, e
 			for _, have := range img.Names {
 				if names[have] {
 					// Nodes do not report an image's labels.
-					return imageInfo{ID: have, Size: img.SizeBytes}, nil
+					return imageInfo{ID: have, Size: img.SizeBytes, NoLabels: true}, nil
 				}
 			}
 		}
@@ -703,7 +703,7 @@ func (e *kubeEngine) ImageInspect(ctx context.Context, ref string) (imageInfo, e
 	if e.opt.ImagePullPolicy == string(corev1.PullNever) {
 		return imageInfo{}, fmt.Errorf("%w: no node has %s", errImageMissing, ref)
 	}
-	return imageInfo{ID: ref}, nil
+	return imageInfo{ID: ref, NoLabels: true}, nil
 }
 
 // imageNames are the names a node may give an image reference.

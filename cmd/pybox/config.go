@@ -305,6 +305,15 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 	}
 }
 
+// runtimeName is what runs the sandboxes' code: the Docker engine's OCI
+// runtime, or the pods' RuntimeClass ("" for the cluster's default).
+func (c *config) runtimeName() string {
+	if c.backend == "kubernetes" {
+		return c.runtimeClass
+	}
+	return c.runtime
+}
+
 // nodeSelectorMap is --node-selector as a map.
 func (c *config) nodeSelectorMap() map[string]string {
 	if len(c.nodeSelector) == 0 {

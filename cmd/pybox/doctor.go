@@ -58,31 +58,46 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		check(false, "config", err.Error(), "correct the flag or PYBOX_* variable")
 		return 1
 	}
+	kube := cfg.backend == "kubernetes"
 	where := sb.EngineHost()
-	if h := os.Getenv("DOCKER_HOST"); h != "" {
+	engineFix := "start Docker (`sudo systemctl start docker`, or `sudo scripts/ensure-docker.sh` from the pybox repository), or set DOCKER_HOST to a running engine"
+	switch {
+	case kube:
+		where = "the cluster at " + where
+		engineFix = "check the kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config, or the service account in a pod); on this machine `sudo scripts/ensure-kubernetes.sh`, then run pybox in its network namespace: `ip netns exec pybox-k8s pybox ...`"
+	case os.Getenv("DOCKER_HOST") != "":
 		where += " (from DOCKER_HOST)"
-	} else {
+	default:
 		where += " (the default; DOCKER_HOST is not set)"
 	}
-	fmt.Fprintf(stdout, "info %-10s %s\n", "sockets", socketsSeen())
+	if !kube {
+		fmt.Fprintf(stdout, "info %-10s %s\n", "sockets", socketsSeen())
+	}
 	api, err := sb.Ping(ctx)
 	if err != nil {
 		where += ": " + err.Error()
 	}
-	check(err == nil, "engine", fmt.Sprintf("%s answers: %v", where, err == nil),
-		"start Docker (`sudo systemctl start docker`, or `sudo scripts/ensure-docker.sh` from the pybox repository), or set DOCKER_HOST to a running engine")
+	check(err == nil, "engine", fmt.Sprintf("%s answers: %v", where, err == nil), engineFix)
 	if err != nil {
 		fmt.Fprintf(stdout, "%d check(s) failed\n", failed)
 		return 1
 	}
 	info, err := sb.EngineInfo(ctx)
-	check(err == nil, "api", fmt.Sprintf("API %s, %s %s, runc %s, cgroup v%s", api, info.Product, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
-	for _, a := range info.Advisories(cfg.runtime) {
+	if kube {
+		check(err == nil, "api", fmt.Sprintf("%s %s, namespace %q, RuntimeClasses: %s", info.Product, api, info.Namespace, strings.Join(info.Runtimes, ", ")), "")
+	} else {
+		check(err == nil, "api", fmt.Sprintf("API %s, %s %s, runc %s, cgroup v%s", api, info.Product, info.ServerVersion, info.RuncVersion, info.CgroupVersion), "")
+	}
+	for _, a := range info.Advisories(cfg.runtimeName()) {
 		fmt.Fprintf(stdout, "note %-10s %s\n", "security", a)
 	}
 	rt := cfg.runtime
 	fix := fmt.Sprintf("register %q in /etc/docker/daemon.json under \"runtimes\" and reload dockerd (SIGHUP), or use --runtime runc", rt)
-	if info.Product == "Podman" && rt != "runc" {
+	if kube {
+		if rc := cfg.runtimeClass; rc != "" {
+			check(slices.Contains(info.Runtimes, rc), "runtime", fmt.Sprintf("RuntimeClass %q wanted; the cluster has %s", rc, strings.Join(info.Runtimes, ", ")), "apply a RuntimeClass (deploy/kubernetes/runtimeclass-gvisor.yaml) whose handler the nodes' runtime has")
+		}
+	} else if info.Product == "Podman" && rt != "runc" {
 		// Podman lists the runtimes its configuration names, installed or
 		// not, and its compatible API runs its default one: the sandbox
 		// check below shows whether that is the one wanted.
@@ -95,7 +110,13 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case err != nil:
 		check(false, "image", err.Error(), "")
 	case !st.Present:
-		check(false, "image", st.Ref+" is missing", "sudo pybox image build")
+		fix := "sudo pybox image build"
+		if kube {
+			fix = "load the image onto the nodes (scripts/ensure-kubernetes.sh does on this machine) or push it to a registry they pull from, and set --image-pull-policy"
+		}
+		check(false, "image", st.Ref+" is missing", fix)
+	case st.Unverified:
+		check(true, "image", fmt.Sprintf("%s on a node (the cluster does not report its version label; want %q)", st.Ref, sandbox.ImageVersion), "")
 	default:
 		check(st.Current, "image", fmt.Sprintf("%s present, version %q (want %q)", st.Ref, st.Version, sandbox.ImageVersion), "sudo pybox image build")
 	}
@@ -113,7 +134,9 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			if walls["uid"] == "0" {
 				bad = append(bad, "runs as root")
 			}
-			if !cfg.network && walls["ifaces"] != "lo" && walls["ifaces"] != "" {
+			// A pod always has its network device: the NetworkPolicy (and
+			// the network plugin that enforces it) isolate it.
+			if !cfg.network && !kube && walls["ifaces"] != "lo" && walls["ifaces"] != "" {
 				bad = append(bad, "network interfaces "+walls["ifaces"])
 			}
 			if cfg.capDropAll && walls["capeff"] != "0000000000000000" {

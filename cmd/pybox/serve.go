@@ -57,7 +57,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "pybox:", err)
 		return 2
 	}
-	startupChecks(ctx, sb, cfg.runtime, logger)
+	startupChecks(ctx, sb, cfg.runtimeName(), logger)
 	startJanitor()
 	srv := server.New(cfg.serverOptions(sb, rd, logger))
 	mcp := srv.MCP()
@@ -91,7 +91,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // answering with sandbox_unavailable until the engine and image are there.
 func startupChecks(ctx context.Context, sb *sandbox.Sandbox, runtime string, logger zerolog.Logger) {
 	if _, err := sb.Ping(ctx); err != nil {
-		logger.Warn().Err(err).Msg("the Docker engine does not answer; calls will fail with sandbox_unavailable until it does (run `pybox doctor`)")
+		logger.Warn().Err(err).Msg("the " + sb.EngineKind() + " does not answer; calls will fail with sandbox_unavailable until it does (run `pybox doctor`)")
 		return
 	}
 	if info, err := sb.EngineInfo(ctx); err == nil {
@@ -102,7 +102,7 @@ func startupChecks(ctx context.Context, sb *sandbox.Sandbox, runtime string, log
 				logger.Warn().Msg(a)
 			}
 		}
-		if runtime != "runc" && !slices.Contains(info.Runtimes, runtime) {
+		if runtime != "runc" && runtime != "" && !slices.Contains(info.Runtimes, runtime) {
 			logger.Warn().Str("runtime", runtime).Strs("engine_runtimes", info.Runtimes).Msg("the engine has no such runtime; calls will fail with sandbox_unavailable (scripts/ensure-gvisor.sh registers runsc)")
 		}
 	}
@@ -117,6 +117,8 @@ func startupChecks(ctx context.Context, sb *sandbox.Sandbox, runtime string, log
 		logger.Warn().Err(err).Msg("could not inspect the sandbox image")
 	case !st.Present:
 		logger.Warn().Str("image", st.Ref).Msg("the sandbox image is missing; build it with `sudo pybox image build` (or `docker build -t " + st.Ref + " sandbox/image`)")
+	case st.Unverified:
+		logger.Info().Str("image", st.Ref).Msg("the cluster does not report the image's version label; make sure it is the one of this pybox (" + sandbox.ImageVersion + ")")
 	case !st.Current:
 		logger.Warn().Str("image", st.Ref).Str("version", st.Version).Str("want", sandbox.ImageVersion).Msg("the sandbox image is not the version this pybox expects; rebuild it with `sudo pybox image build`")
 	}
