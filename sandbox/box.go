@@ -52,12 +52,15 @@ const (
 // preimport, its runner imports the pre-import modules before it is ready.
 // Its runner ends it itself when it has had no call for life (a session's:
 // at all) and a margin.
-func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport bool, deadline time.Time, life time.Duration) (*box, *Result) {
+func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport bool, deadline time.Time, life time.Duration, tweaks ...func(*containerSpec)) (*box, *Result) {
 	user, uid := s.uids.take()
 	spec := s.containerSpec(callID, user)
 	spec.Lifetime = time.Until(deadline) + life + 2*runnerMargin
 	if mode == modeSession {
 		spec.Labels[LabelSession] = "true"
+	}
+	for _, t := range tweaks {
+		t(&spec)
 	}
 	fail := func(r Result) (*box, *Result) { s.uids.give(uid); return nil, &r }
 	cctx, cancel := s.engineContext(ctx, deadline)
@@ -87,13 +90,7 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 	if err != nil {
 		return undo(s.engineFailure(ctx, err, deadline))
 	}
-	cfg := runnerConfig{Mode: mode, Flush: flushInterval.Seconds(), Expire: (life + runnerMargin).Seconds(), Limits: runnerLimits{
-		Files:        s.opt.MaxOutputFiles,
-		FileBytes:    s.opt.MaxOutputFileBytes,
-		TotalBytes:   s.opt.MaxOutputBytes,
-		RequestBytes: MaxCodeBytes + s.opt.MaxInputBytes + 1<<20,
-		Procs:        s.rlimitProcs,
-	}}
+	cfg := s.runnerConfig(mode, life)
 	if preimport {
 		cfg.PreImport = s.opt.PreImport
 	}
@@ -103,6 +100,17 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 		return undo(s.engineFailure(ctx, err, deadline))
 	}
 	return &box{id: id, uid: uid, conn: c, mode: mode, started: started, light: mode == modeOnce && !preimport}, nil
+}
+
+// runnerConfig is the configuration a runner gets first.
+func (s *Sandbox) runnerConfig(mode string, life time.Duration) runnerConfig {
+	return runnerConfig{Mode: mode, Flush: flushInterval.Seconds(), Expire: (life + runnerMargin).Seconds(), Limits: runnerLimits{
+		Files:        s.opt.MaxOutputFiles,
+		FileBytes:    s.opt.MaxOutputFileBytes,
+		TotalBytes:   s.opt.MaxOutputBytes,
+		RequestBytes: MaxCodeBytes + s.opt.MaxInputBytes + 1<<20,
+		Procs:        s.rlimitProcs,
+	}}
 }
 
 // waitReady waits until a box's runner is ready for code.

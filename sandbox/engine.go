@@ -98,6 +98,10 @@ type containerSpec struct {
 	// NProc, when set, limits the processes of the code's uid (host-wide
 	// without a user namespace; root is exempt).
 	NProc int64
+	// Persistent: the sandbox outlives an attach (a session's pod, which
+	// any replica attaches to for a call); otherwise its runner's stdin
+	// closes, and the runner ends, when the attach that started it does.
+	Persistent bool
 	// Lifetime is the longest the sandbox may live: an engine that can
 	// enforce it itself (Kubernetes' activeDeadlineSeconds) ends it then,
 	// even if pybox has died.

@@ -107,7 +107,7 @@ func newKubernetes(opt Options, k KubeOptions, log zerolog.Logger) (*Sandbox, er
 		return nil, err
 	}
 	// A pod has no pids limit of its own: the runner sets RLIMIT_NPROC.
-	return newSandbox(opt, engineParts{ctr: eng, lst: eng, probe: eng, close: func() error { return nil }, rlimitProcs: true}, log)
+	return newSandbox(opt, engineParts{ctr: eng, lst: eng, probe: eng, close: func() error { return nil }, rlimitProcs: true, store: eng}, log)
 }
 
 func kubeConfig(path string) (*rest.Config, string, error) {
@@ -316,8 +316,9 @@ func (e *kubeEngine) pod(s containerSpec) (*corev1.Pod, error) {
 				WorkingDir:      s.WorkingDir,
 				Stdin:           true,
 				// As with Docker: the runner's stdin closes when pybox's
-				// attach ends, and the runner, and so the pod, with it.
-				StdinOnce: true,
+				// attach ends, and the runner, and so the pod, with it; a
+				// session's stays open for the next call's attach.
+				StdinOnce: !s.Persistent,
 				TTY:       false,
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               &f,
@@ -715,4 +716,94 @@ func imageNames(ref string) map[string]bool {
 		n["docker.io/"+ref] = true
 	}
 	return n
+}
+
+// Sessions on Kubernetes are shared by every pybox replica: a session's
+// pod carries its key (a hash of its id) as a label and its owner as an
+// annotation, any replica finds it by the key, attaches for one call and
+// detaches, and a lease in the pod's annotations, taken with the API
+// server's optimistic concurrency, keeps two replicas from running calls in
+// it at once.
+const (
+	// LabelSessionKey is the hash of a session's id, to find its pod by.
+	LabelSessionKey = "pybox.session-key"
+	// AnnotationSessionOwner is who the session answers to.
+	AnnotationSessionOwner = "pybox.session-owner"
+	// annotationLease is "holder until-unix-nanos" while a call runs.
+	annotationLease = "pybox.session-lease"
+	// annotationLastUsed is when the session's last call ended (RFC 3339).
+	annotationLastUsed = "pybox.session-last-used"
+)
+
+// errLeased means another replica holds the session's lease.
+var errLeased = errors.New("the session is running a call of another pybox replica")
+
+// sessionStore is what shared sessions ask of an engine.
+type sessionStore interface {
+	// FindSession returns the running pod whose session key is key, with
+	// its annotations; errGone when none is.
+	FindSession(ctx context.Context, key string) (string, map[string]string, error)
+	// Lease takes the session pod's lease for holder until a time, or
+	// gives it back (until zero) and records the last use; errBusy while
+	// another holder's lease runs (errLeased).
+	Lease(ctx context.Context, id, holder string, until time.Time) error
+	// LastUsed is when the session's last call ended (or it started).
+	LastUsed(ctx context.Context, id string) (time.Time, error)
+}
+
+func (e *kubeEngine) LastUsed(ctx context.Context, id string) (time.Time, error) {
+	p, err := e.get(ctx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if t, err := time.Parse(time.RFC3339Nano, p.Annotations[annotationLastUsed]); err == nil {
+		return t, nil
+	}
+	return p.CreationTimestamp.Time, nil
+}
+
+func (e *kubeEngine) FindSession(ctx context.Context, key string) (string, map[string]string, error) {
+	pods, err := e.cs.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(map[string]string{LabelManaged: "true", LabelSessionKey: key}).String()})
+	if err != nil {
+		return "", nil, err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return p.Name, p.Annotations, nil
+		}
+	}
+	return "", nil, errGone
+}
+
+func (e *kubeEngine) Lease(ctx context.Context, id, holder string, until time.Time) error {
+	for {
+		p, err := e.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if cur := p.Annotations[annotationLease]; cur != "" {
+			h, exp, _ := strings.Cut(cur, " ")
+			var n int64
+			fmt.Sscanf(exp, "%d", &n)
+			if h != holder && time.Now().UnixNano() < n {
+				return errLeased
+			}
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		if until.IsZero() {
+			delete(p.Annotations, annotationLease)
+			p.Annotations[annotationLastUsed] = time.Now().UTC().Format(time.RFC3339Nano)
+		} else {
+			p.Annotations[annotationLease] = fmt.Sprintf("%s %d", holder, until.UnixNano())
+		}
+		// The update carries the resourceVersion read: it fails with a
+		// conflict if anyone changed the pod since.
+		_, err = e.cs.CoreV1().Pods(e.ns).Update(ctx, p, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		return err
+	}
 }

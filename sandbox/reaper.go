@@ -113,6 +113,10 @@ func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 	for _, c := range cs {
 		owner := c.Labels[LabelOwner]
 		switch {
+		case c.Labels[LabelSessionKey] != "" && c.State == "running":
+			// A shared session's pod: every replica may use it, whoever
+			// started it; it ends when idle, ended or at its deadline.
+			continue
 		case owner == s.owner:
 			if tracked[c.ID] || time.Since(c.Created) < untrackedGrace && !abandoned[c.Labels[LabelCall]] {
 				continue

@@ -532,6 +532,14 @@ def _pybox_supervise():
             elif typ == "K" and call is not None:
                 stopped = True
                 kill_all()
+            elif typ == "A" and session and call is None:
+                # A server attached anew (a session's pod on Kubernetes is
+                # attached for each call, by any replica): it waits for
+                # "ready", as at the start.
+                if worker.ready:
+                    emit(0x59)
+                else:
+                    sent_ready = False
         if worker.status is not None:
             # Everything it wrote before it ended is in the pipes now.
             for fd in (worker.out_r, worker.err_r):

@@ -134,10 +134,12 @@ type Sandbox struct {
 	closeEngine func() error
 	// rlimitProcs is the runner's RLIMIT_NPROC, or 0.
 	rlimitProcs int64
-	log         zerolog.Logger
-	owner       string
-	lim         *limiter
-	uids        *uidPool
+	// store keeps sessions for every replica, or is nil.
+	store sessionStore
+	log   zerolog.Logger
+	owner string
+	lim   *limiter
+	uids  *uidPool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -166,6 +168,8 @@ type engineParts struct {
 	// rlimitProcs: the engine has no pids limit, so the runner bounds the
 	// sandbox's uid with RLIMIT_NPROC.
 	rlimitProcs bool
+	// store, when set, keeps sessions for every replica.
+	store sessionStore
 }
 
 // New returns a Sandbox that talks to the Docker engine configured by the
@@ -207,6 +211,7 @@ func newSandbox(opt Options, eng engineParts, log zerolog.Logger) (*Sandbox, err
 	if eng.rlimitProcs {
 		s.rlimitProcs = r.PidsLimit
 	}
+	s.store = eng.store
 	s.startPool()
 	go s.reconcile()
 	return s, nil
@@ -262,6 +267,12 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		}
 		defer se.give()
 		b = se.b
+		if se.shared != nil {
+			if res, ok := se.attach(ctx, deadline); !ok {
+				return s.said(res)
+			}
+			defer se.detach()
+		}
 		if !b.conn.alive() {
 			// It died between calls (killed from outside, say).
 			se.end(ctx, "its sandbox stopped between calls")

@@ -35,6 +35,23 @@ type Runner interface {
 	StartSession(ctx context.Context) (*sandbox.Session, sandbox.Result)
 }
 
+// SharedRunner keeps sessions that every replica of pybox on the same
+// cluster finds by id ([sandbox.Sandbox] on Kubernetes): replicas then
+// need no sticky routing.
+type SharedRunner interface {
+	SharedSessions() bool
+	StartSharedSession(ctx context.Context, id, owner string) (*sandbox.Session, sandbox.Result)
+	FindSession(ctx context.Context, id string) (*sandbox.Session, string)
+}
+
+// shared returns the runner's shared sessions, or nil.
+func shared(r Runner) SharedRunner {
+	if sr, ok := r.(SharedRunner); ok && sr.SharedSessions() {
+		return sr
+	}
+	return nil
+}
+
 // Options configures [New].
 type Options struct {
 	// Runner runs the code; required.
@@ -289,6 +306,9 @@ func (h *handler) runInSession(ctx context.Context, id string, req sandbox.Reque
 		}
 		req.Timeout = max(req.Timeout-time.Since(start), time.Millisecond)
 	} else if s = h.sessions.acquire(id, owner); s == nil {
+		s = h.sessions.adopt(ctx, id, owner, shared(h.opt.Runner))
+	}
+	if s == nil {
 		return sandbox.Result{ExitCode: sandbox.ExitNotRun, Error: sandbox.ErrSessionExpired,
 			Stderr: "pybox: no live session of yours has this session_id (it ended, expired, or belongs to another connection); start one with session_id \"new\"."}, ""
 	}

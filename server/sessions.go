@@ -107,7 +107,16 @@ func (r *registry) create(ctx context.Context, owner string, runner Runner) (*se
 	placeholder := &session{id: id, owner: owner, created: time.Now(), lastUsed: time.Now(), running: 1}
 	r.m[id] = placeholder
 	r.mu.Unlock()
-	sb, res := runner.StartSession(ctx)
+	var sb *sandbox.Session
+	var res sandbox.Result
+	// A session owned by a connection lives and ends with it, in this
+	// replica; one owned by a principal (or by its id's holder) is kept in
+	// the cluster for every replica.
+	if sr := shared(runner); sr != nil && !strings.HasPrefix(owner, "conn:") {
+		sb, res = sr.StartSharedSession(ctx, id, owner)
+	} else {
+		sb, res = runner.StartSession(ctx)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if sb == nil {
@@ -128,6 +137,31 @@ func (r *registry) acquire(id, owner string) *session {
 		return nil
 	}
 	s.running++
+	return s
+}
+
+// adopt finds a session another replica started, on a runner that shares
+// them, and marks a call running in it when its owner is the caller.
+func (r *registry) adopt(ctx context.Context, id, owner string, sr SharedRunner) *session {
+	if sr == nil || id == "" || id == "new" {
+		return nil
+	}
+	sb, podOwner := sr.FindSession(ctx, id)
+	if sb == nil || podOwner != owner {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.m[id]; s != nil { // adopted meanwhile by another call
+		if s.owner != owner || s.sb == nil {
+			return nil
+		}
+		s.running++
+		return s
+	}
+	s := &session{id: id, owner: owner, sb: sb, created: time.Now(), lastUsed: time.Now(), running: 1}
+	r.m[id] = s
+	r.log.Info().Str("session", id[:min(8, len(id))]).Msg("session found in the cluster")
 	return s
 }
 
@@ -177,17 +211,44 @@ func (r *registry) sweeper() {
 		case <-t.C:
 		}
 		now := time.Now()
+		r.refreshShared()
 		r.end(context.Background(), "idle or too old", func(s *session) bool {
 			return s.running == 0 && (now.Sub(s.lastUsed) > r.idle || now.Sub(s.created) > r.maxAge)
 		})
 	}
 }
 
-// close ends every session.
+// refreshShared takes a shared session's last use from the cluster, where
+// every replica records its calls, so that no replica ends a session
+// another one uses.
+func (r *registry) refreshShared() {
+	r.mu.Lock()
+	var idle []*session
+	for _, s := range r.m {
+		if s.sb != nil && s.running == 0 && time.Since(s.lastUsed) > r.idle {
+			idle = append(idle, s)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range idle {
+		t, ok := s.sb.LastUsed(context.Background())
+		if !ok {
+			continue
+		}
+		r.mu.Lock()
+		if t.After(s.lastUsed) {
+			s.lastUsed = t
+		}
+		r.mu.Unlock()
+	}
+}
+
+// close ends every session but the shared ones, which other replicas (or
+// this one's successor) go on serving until they end or expire.
 func (r *registry) close(ctx context.Context) {
 	close(r.stop)
 	<-r.done
-	r.end(ctx, "the server is stopping", func(*session) bool { return true })
+	r.end(ctx, "the server is stopping", func(s *session) bool { return !s.sb.Shared() })
 }
 
 // sessionsTool lists and ends the calling connection's sessions.
@@ -239,6 +300,10 @@ func (h *handler) callSessions(ctx context.Context, req mcp.CallToolRequest) (*m
 				out.Ended = h.sessions.end(ctx, "ended by its owner", func(s *session) bool { return s.owner == owner })
 			}
 		default:
+			// Another replica's session of the caller's, on a cluster.
+			if s := h.sessions.adopt(ctx, which, owner, shared(h.opt.Runner)); s != nil {
+				h.sessions.release(s)
+			}
 			out.Ended = h.sessions.end(ctx, "ended by its owner", func(s *session) bool { return s.owner == owner && s.id == which })
 			if len(out.Ended) == 0 {
 				out.Error = "session_expired: no live session of yours has that id"

@@ -4,15 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pybox/pybox/internal/testenv"
+	"github.com/pybox/pybox/sandbox"
 )
+
+func sessionKey(id string) string { return sandbox.SessionKey(id) }
 
 // kubePods lists the sandbox pods in the test cluster whose owner
 // annotation starts with prefix ("" for all).
@@ -185,7 +194,7 @@ func TestKubernetesServerKilled(t *testing.T) {
 	for _, how := range []string{"SIGKILL", "frozen"} {
 		t.Run(how, func(t *testing.T) {
 			p := startProcIn(t, testenv.InKube(), kubeEnv("0"))
-			p.start("tools/call", map[string]any{"name": "run_python", "arguments": map[string]any{"code": "import time\nwhile True: time.sleep(1)", "timeout": 5}})
+			p.start("tools/call", map[string]any{"name": "run_python", "arguments": map[string]any{"code": "import time\nopen('/tmp/up', 'w').close()\nwhile True: time.sleep(1)", "timeout": 5}})
 			prefix := p.ownerPrefix()
 			var pod corev1.Pod
 			waitFor(t, "the call's pod", 30*time.Second, func() bool {
@@ -196,6 +205,11 @@ func TestKubernetesServerKilled(t *testing.T) {
 					}
 				}
 				return false
+			})
+			// The code runs (so pybox's attach is up) once /tmp/up exists.
+			waitFor(t, "the call's code", 30*time.Second, func() bool {
+				_, err := testenv.Kubectl(context.Background(), "exec", pod.Name, "--", "test", "-e", "/tmp/up")
+				return err == nil
 			})
 			deadline := pod.Status.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
 			killed := time.Now()
@@ -243,4 +257,150 @@ func TestKubernetesServerKilled(t *testing.T) {
 			q.stdin.Close()
 		})
 	}
+}
+
+// inKubeClient is an HTTP client whose connections are made in the test
+// cluster's network namespace, where the pybox replicas listen.
+func inKubeClient() *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type res struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			// This thread enters the namespace and is never used again:
+			// the goroutine ends locked, so the runtime discards it.
+			runtime.LockOSThread()
+			f, err := os.Open("/run/netns/" + testenv.KubeNetns)
+			if err == nil {
+				err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+				f.Close()
+			}
+			if err != nil {
+				ch <- res{nil, err}
+				return
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			ch <- res{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: dial}}
+}
+
+// startKubeReplica starts a pybox replica on Streamable HTTP in the test
+// cluster's network namespace, with the given token, and returns its
+// address and process.
+func startKubeReplica(t *testing.T, token string) (string, *exec.Cmd) {
+	t.Helper()
+	addr := freeAddr(t) // a free port on the host's loopback is as good a guess as any
+	argv := append(testenv.InKube(), binary, "serve", "--transport", "http", "--addr", addr)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	// The reconciler every second: it must leave a dead replica's shared
+	// sessions alone.
+	cmd.Env = append(os.Environ(), append(kubeEnv("0"), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_RECONCILE_INTERVAL=1s")...)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			t.Logf("replica %s stderr:\n%s", addr, stderr.String())
+		}
+	})
+	c := inKubeClient()
+	waitFor(t, "the replica", 30*time.Second, func() bool {
+		resp, err := c.Get("http://" + addr + "/mcp")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	return addr, cmd
+}
+
+// TestKubernetesReplicas: two pybox replicas on one cluster, no sticky
+// routing. A session started through one (by a client of protocol
+// 2026-07-28, whose sessions belong to its token's principal) is used and
+// ended through the other; another principal reaches it through neither;
+// and a replica killed with SIGKILL leaves its session to the other.
+func TestKubernetesReplicas(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	const alice, mallory = "alice:replica-token-alice-0123456789", "mallory:replica-token-mallory-0123456789"
+	tokens := alice + "," + mallory
+	a, acmd := startKubeReplica(t, tokens)
+	b, _ := startKubeReplica(t, tokens)
+	c := inKubeClient()
+	call := func(addr, token string, tool string, args map[string]any) toolResult {
+		t.Helper()
+		raw, status := modernWith(t, c, addr, strings.SplitN(token, ":", 2)[1], "tools/call", map[string]any{"name": tool, "arguments": args})
+		var r toolResult
+		if err := json.Unmarshal(raw, &r); err != nil || status != http.StatusOK || r.Error != nil {
+			t.Fatalf("%s via %s: HTTP %d %v %.300s", tool, addr, status, err, raw)
+		}
+		return r
+	}
+	first := call(a, alice, "run_python", map[string]any{"code": "x = 41", "session_id": "new"})
+	id, _ := first.Result.Structured["session_id"].(string)
+	if id == "" {
+		t.Fatalf("no session: %v", first.Result.Structured)
+	}
+	if r := call(b, alice, "run_python", map[string]any{"code": "x += 1\nprint(x)", "session_id": id}); r.Result.Structured["stdout"] != "42\n" {
+		t.Fatalf("the session through the other replica: %v", r.Result.Structured)
+	}
+	if r := call(a, alice, "run_python", map[string]any{"code": "print(x)", "session_id": id}); r.Result.Structured["stdout"] != "42\n" {
+		t.Fatalf("back through the first: %v", r.Result.Structured)
+	}
+	for _, addr := range []string{a, b} {
+		if r := call(addr, mallory, "run_python", map[string]any{"code": "print(x)", "session_id": id}); r.Result.Structured["error"] != "session_expired" {
+			t.Errorf("another principal used the session through %s: %v", addr, r.Result.Structured)
+		}
+		if r := call(addr, mallory, "python_sessions", map[string]any{"end": id}); len(r.Result.Structured["ended"].([]any)) != 0 {
+			t.Errorf("another principal ended the session through %s: %v", addr, r.Result.Structured)
+		}
+	}
+	// Two calls at once through the two replicas take turns.
+	done := make(chan toolResult, 2)
+	for _, addr := range []string{a, b} {
+		go func() {
+			raw, _ := modernWith(t, c, addr, strings.SplitN(alice, ":", 2)[1], "tools/call", map[string]any{"name": "run_python", "arguments": map[string]any{"code": "import time\nx += 1\ntime.sleep(1)\nprint(x)", "session_id": id}})
+			var r toolResult
+			json.Unmarshal(raw, &r)
+			done <- r
+		}()
+	}
+	got := []any{(<-done).Result.Structured["stdout"], (<-done).Result.Structured["stdout"]}
+	if !(got[0] == "43\n" && got[1] == "44\n" || got[0] == "44\n" && got[1] == "43\n") {
+		t.Errorf("two calls at once through two replicas printed %q; want 43 and 44, one after the other", got)
+	}
+	// The first replica dies; the other goes on with the session, then
+	// ends it.
+	acmd.Process.Signal(syscall.SIGKILL)
+	time.Sleep(3 * time.Second) // the other replica's reconciler runs meanwhile
+	if r := call(b, alice, "run_python", map[string]any{"code": "print(x)", "session_id": id}); r.Result.Structured["stdout"] != "44\n" {
+		t.Fatalf("after the first replica's death: %v", r.Result.Structured)
+	}
+	if r := call(b, alice, "python_sessions", map[string]any{"end": id}); len(r.Result.Structured["ended"].([]any)) != 1 {
+		t.Fatalf("ending it through the other replica: %v", r.Result.Structured)
+	}
+	waitFor(t, "the session's pod to go", 30*time.Second, func() bool {
+		out, _ := testenv.Kubectl(context.Background(), "get", "pods", "-l", "pybox.session-key="+sessionKey(id), "-o", "name")
+		return strings.TrimSpace(string(out)) == ""
+	})
+	if r := call(a2(t, tokens), alice, "run_python", map[string]any{"code": "print(x)", "session_id": id}); r.Result.Structured["error"] != "session_expired" {
+		t.Errorf("an ended session answered: %v", r.Result.Structured)
+	}
+}
+
+// a2 starts one more replica, for a last look.
+func a2(t *testing.T, tokens string) string {
+	addr, _ := startKubeReplica(t, tokens)
+	return addr
 }

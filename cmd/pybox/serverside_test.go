@@ -69,6 +69,12 @@ func engineRuntimes(t *testing.T) []string {
 // response's raw bytes and its HTTP status.
 func modern(t *testing.T, addr, token, method string, params map[string]any) ([]byte, int) {
 	t.Helper()
+	return modernWith(t, &http.Client{Timeout: 3 * time.Minute}, addr, token, method, params)
+}
+
+// modernWith makes it with a client of the caller's.
+func modernWith(t *testing.T, c *http.Client, addr, token, method string, params map[string]any) ([]byte, int) {
+	t.Helper()
 	const version = "2026-07-28"
 	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": version,
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "attacker", "version": "1"},
@@ -85,7 +91,6 @@ func modern(t *testing.T, addr, token, method string, params map[string]any) ([]
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	c := &http.Client{Timeout: 3 * time.Minute}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)
