@@ -404,3 +404,75 @@ func a2(t *testing.T, tokens string) string {
 	addr, _ := startKubeReplica(t, tokens)
 	return addr
 }
+
+// TestKubernetesRBAC runs pybox as deploy/kubernetes/ sets it up: in its
+// namespace, as its ServiceAccount, with the Role's verbs and no more, the
+// NetworkPolicy applied (--network-policy require): one-shot calls, the
+// pool and a session work.
+func TestKubernetesRBAC(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	ctx := context.Background()
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "networkpolicy.yaml"} {
+		if out, err := testenv.Kubectl(ctx, "apply", "-f", "../../deploy/kubernetes/"+f); err != nil {
+			t.Fatalf("kubectl apply %s: %v %s", f, err, out)
+		}
+	}
+	tok, err := testenv.Kubectl(ctx, "-n", "pybox", "create", "token", "pybox", "--duration", "10m")
+	if err != nil {
+		t.Fatalf("a token of the pybox ServiceAccount: %v %s", err, tok)
+	}
+	server, err := testenv.Kubectl(ctx, "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.server}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := testenv.Kubectl(ctx, "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %s}}]
+users: [{name: pybox, user: {token: %s}}]
+contexts: [{name: c, context: {cluster: c, user: pybox, namespace: pybox}}]
+current-context: c
+`, server, ca, strings.TrimSpace(string(tok)))
+	path := t.TempDir() + "/kubeconfig"
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Only what the Role allows: no pods outside the namespace.
+	if out, err := testenv.Kubectl(ctx, "--kubeconfig", path, "auth", "can-i", "list", "pods", "-n", "default"); err == nil || strings.TrimSpace(string(out)) != "no" {
+		t.Errorf("the ServiceAccount can list pods in default: %s", out)
+	}
+	p := startProcIn(t, testenv.InKube(), append(kubeEnv("1"), "PYBOX_KUBECONFIG="+path, "PYBOX_NETWORK_POLICY=require"))
+	if r := p.runPython(map[string]any{"code": "print(6 * 7)"}, 90*time.Second).Result.StructuredContent; r["stdout"] != "42\n" {
+		t.Errorf("a call as the ServiceAccount: %v", r)
+	}
+	first := p.runPython(map[string]any{"code": "x = 1", "session_id": "new"}, 90*time.Second).Result.StructuredContent
+	id, _ := first["session_id"].(string)
+	if r := p.runPython(map[string]any{"code": "print(x + 1)", "session_id": id}, 90*time.Second).Result.StructuredContent; r["stdout"] != "2\n" {
+		t.Errorf("a session as the ServiceAccount: %v %v", first, r)
+	}
+	out, err := testenv.Kubectl(ctx, "-n", "pybox", "get", "pods", "-l", "pybox.managed=true", "-o", "name")
+	if err != nil || !strings.Contains(string(out), "pod/") {
+		t.Errorf("no sandbox pods in the pybox namespace: %v %s", err, out)
+	}
+	prefix := p.ownerPrefix()
+	p.stdin.Close()
+	<-p.exited
+	waitFor(t, "the namespace's sandbox pods to go", 30*time.Second, func() bool {
+		out, _ := testenv.Kubectl(ctx, "-n", "pybox", "get", "pods", "-l", "pybox.managed=true", "-o", "jsonpath={.items[*].metadata.annotations.pybox\\.owner}")
+		return !strings.Contains(string(out), prefix)
+	})
+	// Without the policy, --network-policy require refuses to start.
+	if out, err := testenv.Kubectl(ctx, "-n", "pybox", "delete", "networkpolicy", "pybox-sandboxes-deny-all"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	argv := append(testenv.InKube(), binary, "exec", "-c", "print(1)")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), append(kubeEnv("0"), "PYBOX_IMAGE="+image(), "PYBOX_KUBECONFIG="+path, "PYBOX_NETWORK_POLICY=require")...)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "NetworkPolicy") {
+		t.Errorf("pybox ran without the NetworkPolicy it requires: %v %s", err, out)
+	}
+	testenv.Kubectl(ctx, "apply", "-f", "../../deploy/kubernetes/networkpolicy.yaml")
+}
