@@ -476,3 +476,40 @@ current-context: c
 	}
 	testenv.Kubectl(ctx, "apply", "-f", "../../deploy/kubernetes/networkpolicy.yaml")
 }
+
+// TestKubernetesOwnerReference: pybox in a pod of the cluster (the
+// Deployment passes its pod's name and uid) makes its sandbox pods
+// dependents of that pod, so the cluster's garbage collector removes them
+// with it, with no pybox left to do it.
+func TestKubernetesOwnerReference(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	ctx := context.Background()
+	name := fmt.Sprintf("pybox-replica-stand-in-%d", os.Getpid())
+	if out, err := testenv.Kubectl(ctx, "run", name, "--image", image(), "--image-pull-policy", "Never", "--restart", "Never",
+		"--overrides", `{"spec":{"automountServiceAccountToken":false,"securityContext":{"runAsUser":2000000001,"runAsNonRoot":true}}}`,
+		"--command", "--", "python3", "-c", "import time; time.sleep(600)"); err != nil {
+		t.Fatalf("the stand-in pod: %v %s", err, out)
+	}
+	t.Cleanup(func() { testenv.Kubectl(ctx, "delete", "pod", name, "--grace-period=0", "--wait=false") })
+	uid, err := testenv.Kubectl(ctx, "get", "pod", name, "-o", "jsonpath={.metadata.uid}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcIn(t, testenv.InKube(), append(kubeEnv("2"), "PYBOX_POD_NAME="+name, "PYBOX_POD_UID="+string(uid), "PYBOX_POD_NAMESPACE=default"))
+	prefix := p.ownerPrefix()
+	waitFor(t, "the pool's pods", 60*time.Second, func() bool { return len(kubePods(t, prefix)) >= 2 })
+	for _, q := range kubePods(t, prefix) {
+		refs := q.OwnerReferences
+		if len(refs) != 1 || refs[0].Kind != "Pod" || refs[0].Name != name || string(refs[0].UID) != string(uid) {
+			t.Fatalf("sandbox pod %s is owned by %v; want the stand-in %s", q.Name, refs, name)
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL) // nobody left to clean up
+	<-p.exited
+	start := time.Now()
+	if out, err := testenv.Kubectl(ctx, "delete", "pod", name, "--grace-period=0", "--wait=false"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	waitFor(t, "the garbage collector to remove the sandbox pods", 60*time.Second, func() bool { return len(kubePods(t, prefix)) == 0 })
+	t.Logf("the sandbox pods were gone %v after their owner pod's deletion", time.Since(start).Round(10*time.Millisecond))
+}
