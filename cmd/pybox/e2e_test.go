@@ -215,6 +215,18 @@ func (p *proc) runPython(args map[string]any, timeout time.Duration) toolAnswer 
 	return a
 }
 
+// endStdio closes the server's stdin, its client's end, and waits for it
+// to exit.
+func (p *proc) endStdio(t *testing.T) {
+	t.Helper()
+	p.stdin.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the server did not exit within 60 s of stdin's end")
+	}
+}
+
 // ownerPrefix is the owner label prefix of the server process's containers.
 func (p *proc) ownerPrefix() string {
 	host, _ := os.Hostname()

@@ -73,12 +73,7 @@ func TestKubernetes(t *testing.T) {
 			t.Run("pod spec", func(t *testing.T) { kubePodSpec(t, p) })
 			t.Run("network", func(t *testing.T) { kubeNetwork(t, p) })
 			prefix := p.ownerPrefix()
-			p.stdin.Close()
-			select {
-			case <-p.exited:
-			case <-time.After(60 * time.Second):
-				t.Fatal("the server did not exit within 60 s of stdin's end")
-			}
+			p.endStdio(t)
 			if left := kubePods(t, prefix); len(left) > 0 {
 				t.Errorf("pods left in the cluster after the server exited: %v", podNames(left))
 			}

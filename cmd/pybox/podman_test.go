@@ -26,12 +26,7 @@ func TestPodman(t *testing.T) {
 			p := startProc(t, []string{"DOCKER_HOST=" + host, "PYBOX_IMAGE=" + ref, "PYBOX_POOL=" + pool, "PYBOX_MAX_CONCURRENT=3", "PYBOX_SECRET_CANARY=" + canary})
 			coreCalls(t, p, canary, "['lo']")
 			prefix := p.ownerPrefix()
-			p.stdin.Close()
-			select {
-			case <-p.exited:
-			case <-time.After(60 * time.Second):
-				t.Fatal("the server did not exit within 60 s of stdin's end")
-			}
+			p.endStdio(t)
 			if left := containersAt(t, host, prefix); len(left) > 0 {
 				t.Errorf("containers left in Podman after the server exited: %v", left)
 			}
