@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +58,14 @@ const diagLimit = 16 << 10
 func openConn(st stream, cfg runnerConfig, lim outputLimits) (*conn, error) {
 	c := &conn{st: st, lim: lim, diag: newCapWriter(diagLimit, false), readyc: make(chan struct{}), closed: make(chan struct{}), reader: make(chan struct{})}
 	c.parser = newFrameParser(c, lim.fileBytes)
+	if s, ok := st.(sealedStream); ok {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		cfg.Seal = hex.EncodeToString(key)
+		s.seal(key)
+	}
 	go c.read()
 	b, err := json.Marshal(cfg)
 	if err == nil {

@@ -452,6 +452,7 @@ func podStarted(p *corev1.Pod) (bool, error) {
 // kubeStream is an attach to a pod's container: stdin through a pipe,
 // stdout and stderr as they come.
 type kubeStream struct {
+	key    []byte // the runner's stdout is sealed with it: a pod's log keeps stdout
 	stdin  *io.PipeWriter
 	outR   *io.PipeReader
 	errR   *io.PipeReader
@@ -461,6 +462,7 @@ type kubeStream struct {
 }
 
 func (s *kubeStream) Stdin() io.Writer { return s.stdin }
+func (s *kubeStream) seal(key []byte)  { s.key = key }
 func (s *kubeStream) Close() error {
 	s.stdin.Close()
 	s.cancel()
@@ -470,6 +472,9 @@ func (s *kubeStream) Demux(stdout, stderr io.Writer) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); io.Copy(stderr, s.errR) }()
+	if s.key != nil {
+		stdout = newUnsealer(s.key, stdout)
+	}
 	_, err := io.Copy(stdout, s.outR)
 	wg.Wait()
 	<-s.done

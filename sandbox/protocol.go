@@ -63,6 +63,9 @@ type runnerConfig struct {
 	// and exits, whether or not a server is left to ask it.
 	Expire float64      `json:"expire"`
 	Limits runnerLimits `json:"limits"`
+	// Seal, when set, is the hex key the runner seals its stdout with
+	// (see sealedStream).
+	Seal string `json:"seal,omitempty"`
 }
 
 type runnerLimits struct {

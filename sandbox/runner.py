@@ -69,12 +69,40 @@ def _pybox_supervise():
         while view:
             view = view[os.write(fd, view):]
 
+    # Where the engine keeps what a container writes (a pod's log, on its
+    # node), the server sends a key with its configuration and everything
+    # written to stdout is sealed with it: XORed with SHAKE-256(key, block
+    # number) in 64 KiB blocks, from the stream's start. The key comes on
+    # stdin, which no engine keeps.
+    seal = {"key": None, "pos": 0, "blk": -1, "ks": b""}
+
+    def sealed(data):
+        if seal["key"] is None or not data:
+            return data
+        import hashlib
+        out = bytearray()
+        i = 0
+        while i < len(data):
+            blk, off = divmod(seal["pos"], 1 << 16)
+            if blk != seal["blk"]:
+                seal["blk"], seal["ks"] = blk, hashlib.shake_256(seal["key"] + blk.to_bytes(8, "little")).digest(1 << 16)
+            n = min((1 << 16) - off, len(data) - i)
+            a = int.from_bytes(data[i:i + n], "little") ^ int.from_bytes(seal["ks"][off:off + n], "little")
+            out += a.to_bytes(n, "little")
+            i += n
+            seal["pos"] += n
+        return bytes(out)
+
+    def set_seal(cfg):
+        key = cfg.get("seal")
+        seal.update(key=bytes.fromhex(key) if key else None, pos=0, blk=-1, ks=b"")
+
     def emit(typ, payload=b""):
         if len(payload) < 1 << 16:
-            write_all(1, hdr.pack(typ, len(payload)) + payload)
+            write_all(1, sealed(hdr.pack(typ, len(payload)) + payload))
         else:
-            write_all(1, hdr.pack(typ, len(payload)))
-            write_all(1, payload)
+            write_all(1, sealed(hdr.pack(typ, len(payload))))
+            write_all(1, sealed(payload))
 
     inbuf = bytearray()
 
@@ -109,6 +137,7 @@ def _pybox_supervise():
     if first[0] != "A":
         os._exit(0)
     cfg = json.loads(first[1])
+    set_seal(cfg)
     session = cfg.get("mode") == "session"
     lim = cfg.get("limits") or {}
     max_files = int(lim.get("files", 50))
@@ -535,7 +564,8 @@ def _pybox_supervise():
             elif typ == "A" and session and call is None:
                 # A server attached anew (a session's pod on Kubernetes is
                 # attached for each call, by any replica): it waits for
-                # "ready", as at the start.
+                # "ready", as at the start, sealed with its own key.
+                set_seal(json.loads(payload))
                 if worker.ready:
                     emit(0x59)
                 else:

@@ -72,6 +72,7 @@ func TestKubernetes(t *testing.T) {
 			coreCalls(t, p, canary, "['eth0', 'lo']")
 			t.Run("pod spec", func(t *testing.T) { kubePodSpec(t, p) })
 			t.Run("network", func(t *testing.T) { kubeNetwork(t, p) })
+			t.Run("pod log", func(t *testing.T) { kubePodLog(t, p) })
 			prefix := p.ownerPrefix()
 			p.endStdio(t)
 			if left := kubePods(t, prefix); len(left) > 0 {
@@ -141,6 +142,40 @@ func kubePodSpec(t *testing.T, p *proc) {
 		check(v.HostPath == nil && v.Projected == nil && v.Secret == nil, "no host path, projected or secret volume: "+v.Name)
 	}
 	check(len(c.Env) == 0 || !strings.Contains(fmt.Sprint(c.Env), "KUBE_CANARY"), "none of the server's environment")
+}
+
+// kubePodLog: the node keeps a pod's stdout in its log, so the runner
+// seals what it writes there; a session's pod (which outlives its calls)
+// shows in its log neither the code's output nor its files.
+func kubePodLog(t *testing.T, p *proc) {
+	const marker = "PYBOX-LOG-MARKER-5e0c1d"
+	// Past 16 KiB: the runtime writes a log line when it has a newline or
+	// that much, and sealed bytes seldom hold a newline.
+	r := p.runPython(map[string]any{"code": "print('" + marker + "')\nprint('x' * 40000)\nopen('/mnt/outputs/m.txt', 'w').write('" + marker + "')", "session_id": "new"}, 90*time.Second).Result.StructuredContent
+	if out, _ := r["stdout"].(string); !strings.Contains(out, marker) {
+		t.Fatalf("the call: %v", r)
+	}
+	// Every session pod of this server: the call's is among them.
+	seen := 0
+	for _, q := range kubePods(t, p.ownerPrefix()) {
+		if q.Labels["pybox.session"] != "true" || q.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		logs, err := testenv.Kubectl(context.Background(), "logs", q.Name)
+		if err != nil {
+			t.Fatalf("kubectl logs: %v %s", err, logs)
+		}
+		seen += len(logs)
+		if strings.Contains(string(logs), marker) || strings.Contains(string(logs), "m.txt") {
+			t.Errorf("pod %s's log shows the output: %.200q", q.Name, logs)
+		}
+	}
+	if seen < len(marker) {
+		t.Errorf("the session pods' logs hold %d bytes: the test would see nothing", seen)
+	}
+	if id, _ := r["session_id"].(string); id != "" {
+		p.request("tools/call", map[string]any{"name": "python_sessions", "arguments": map[string]any{"end": id}}, 30*time.Second)
+	}
 }
 
 // kubeNetwork shows that a sandbox pod reaches nothing: not the API
