@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pybox/pybox/internal/testenv"
 )
 
 // TestPodSpec: the flags that place a pod reach its spec, labels hold
@@ -86,6 +88,9 @@ func TestUnseal(t *testing.T) {
 	// last bytes, computed both ways.
 	py, err := exec.Command("python3", "-c", "import hashlib; print(hashlib.shake_256(bytes([7]*32) + (3).to_bytes(8, 'little')).digest(1 << 16)[-16:].hex())").Output()
 	if err != nil {
+		if testenv.Required() {
+			t.Fatalf("python3, to check the runner's keystream: %v", err)
+		}
 		t.Skipf("no python3 here: %v", err)
 	}
 	in := append(bytes.Repeat([]byte{7}, 32), 3, 0, 0, 0, 0, 0, 0, 0)
