@@ -622,7 +622,11 @@ func (s *Sandbox) lost(ctx context.Context, b *box, res *Result) {
 		if h.Died {
 			res.ExitCode = h.ExitCode
 		}
-		note("pybox: the sandbox was killed from outside pybox (%s) while the code ran; stdout and stderr hold what came before.", describeKills(h.Kills))
+		if s.opt.Kubernetes != nil {
+			note("pybox: the sandbox's pod was deleted or stopped from outside pybox (kubectl delete pod, an eviction, a node drain, or its deadline) while the code ran; stdout and stderr hold what came before.")
+		} else {
+			note("pybox: the sandbox was killed from outside pybox (%s) while the code ran; stdout and stderr hold what came before.", describeKills(h.Kills))
+		}
 	case !h.Died:
 		res.ExitCode, res.Error, res.Cause = ExitInternal, ErrSandboxLost, cerr
 		note("pybox: the connection to the sandbox broke and the engine did not report its end; stdout and stderr hold what came before.")
@@ -693,6 +697,17 @@ func (s *Sandbox) engineFailure(ctx context.Context, err error, deadline time.Ti
 	case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
 		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
 			"pybox: the sandbox did not start within the call's timeout (the engine at %s was slow to answer), so the code did not run. Try again, or with a longer timeout; `pybox doctor` checks the engine.", host))
+	case errors.Is(err, errImageMissing) && s.opt.Kubernetes != nil:
+		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
+			"pybox: the sandbox image %s is on no node of the Kubernetes cluster at %s, or cannot be pulled (%s). Load it onto the nodes or push it to a registry they pull from (deploy/kubernetes), and set --image-pull-policy; `pybox doctor --backend kubernetes` checks the setup.",
+			s.opt.Image, host, clip(err.Error(), 300)))
+	case isUnavailable(err) && s.opt.Kubernetes != nil:
+		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
+			"pybox: the Kubernetes cluster at %s did not answer, so the code did not run. Check the kubeconfig and that the API server is reachable from where pybox runs; `pybox doctor --backend kubernetes` says what is wrong. Calls work again as soon as it answers.",
+			host))
+	case s.opt.Kubernetes != nil:
+		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
+			"pybox: the Kubernetes cluster at %s refused to run the sandbox: %s. `pybox doctor --backend kubernetes` checks the setup.", host, clip(err.Error(), 600)))
 	case errors.Is(err, errImageMissing):
 		return failure(ErrSandboxUnavailable, err, fmt.Sprintf(
 			"pybox: the sandbox image %s is not on the Docker engine at %s. Build it with `pybox image build` (Debian with debootstrap, as root), or `docker build -t %s sandbox/image` where images can be pulled; `pybox doctor` checks the setup.",

@@ -543,3 +543,32 @@ func TestKubernetesOwnerReference(t *testing.T) {
 	waitFor(t, "the garbage collector to remove the sandbox pods", 60*time.Second, func() bool { return len(kubePods(t, prefix)) == 0 })
 	t.Logf("the sandbox pods were gone %v after their owner pod's deletion", time.Since(start).Round(10*time.Millisecond))
 }
+
+// TestKubernetesMissingImage: an image no node has (and may not be pulled)
+// is sandbox_unavailable, saying how to get it onto the nodes, and leaves
+// no pod.
+func TestKubernetesMissingImage(t *testing.T) {
+	testenv.Kubernetes(t, image())
+	argv := append(testenv.InKube(), binary, "exec", "-c", "print(1)")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), append(kubeEnv("0"), "PYBOX_IMAGE=pybox-sandbox:not-on-any-node")...)
+	out, _ := cmd.Output()
+	var r map[string]any
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	if stderr, _ := r["stderr"].(string); r["error"] != "sandbox_unavailable" || !strings.Contains(stderr, "is on no node") || !strings.Contains(stderr, "ErrImageNeverPull") {
+		t.Errorf("got %v; want sandbox_unavailable saying the image is on no node", r)
+	}
+	if left := kubePods(t, fmt.Sprintf("%s/%d/", hostname(t), cmd.Process.Pid)); len(left) > 0 {
+		t.Errorf("pods left: %v", podNames(left))
+	}
+}
+
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
