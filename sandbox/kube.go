@@ -92,9 +92,6 @@ type kubeEngine struct {
 	// dependents of that pod: the cluster's garbage collector removes them
 	// when the replica's pod goes.
 	owner *metav1.OwnerReference
-
-	policyOnce sync.Once
-	policyErr  error
 }
 
 // newKubernetes returns a Sandbox whose sandboxes are pods of a cluster.

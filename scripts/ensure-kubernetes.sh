@@ -332,7 +332,6 @@ EOF
   rm -rf $d
 fi
 # The sandbox image.
-if ! $CTR images ls -q | grep -q "pybox-sandbox"; then :; fi
 if ! $CTR images ls -q | grep -qx "docker.io/library/$IMAGE"; then
   if docker image inspect $IMAGE >/dev/null 2>&1; then
     say "loading $IMAGE into the cluster (about 30 s)"
