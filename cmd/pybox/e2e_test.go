@@ -460,8 +460,18 @@ func startHTTP(t *testing.T, transportName, token string) string {
 // and process id.
 func startHTTPWith(t *testing.T, transportName, token string, env ...string) (string, int) {
 	t.Helper()
+	addr, cmd := startHTTPIn(t, nil, (&net.Dialer{}).DialContext, transportName, token, env...)
+	return addr, cmd.Process.Pid
+}
+
+// startHTTPIn starts it under a wrapper command (nsenter into the
+// Kubernetes test cluster's network namespace), waiting until dial reaches
+// it; it returns its address and process.
+func startHTTPIn(t *testing.T, wrap []string, dial func(ctx context.Context, network, addr string) (net.Conn, error), transportName, token string, env ...string) (string, *exec.Cmd) {
+	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(binary, "serve", "--transport", transportName, "--addr", addr)
+	argv := append(append(append([]string(nil), wrap...), binary), "serve", "--transport", transportName, "--addr", addr)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_POOL="+cmp.Or(os.Getenv("PYBOX_POOL"), "0")), env...)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -475,14 +485,14 @@ func startHTTPWith(t *testing.T, transportName, token string, env ...string) (st
 			t.Logf("server stderr:\n%s", stderr.String())
 		}
 	})
-	waitFor(t, "the HTTP server", 20*time.Second, func() bool {
-		c, err := net.Dial("tcp", addr)
+	waitFor(t, "the HTTP server", 30*time.Second, func() bool {
+		c, err := dial(context.Background(), "tcp", addr)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
-	return addr, cmd.Process.Pid
+	return addr, cmd
 }
 
 func TestHTTPTransportsRequireToken(t *testing.T) {

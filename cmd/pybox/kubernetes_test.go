@@ -292,68 +292,43 @@ func TestKubernetesServerKilled(t *testing.T) {
 // inKubeClient is an HTTP client whose connections are made in the test
 // cluster's network namespace, where the pybox replicas listen.
 func inKubeClient() *http.Client {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type res struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			// This thread enters the namespace and is never used again:
-			// the goroutine ends locked, so the runtime discards it.
-			runtime.LockOSThread()
-			f, err := os.Open("/run/netns/" + testenv.KubeNetns)
-			if err == nil {
-				err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-				f.Close()
-			}
-			if err != nil {
-				ch <- res{nil, err}
-				return
-			}
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			ch <- res{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: inKubeDial}}
+}
+
+// inKubeDial connects from inside the test cluster's network namespace.
+func inKubeDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
 	}
-	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: dial}}
+	ch := make(chan res, 1)
+	go func() {
+		// This thread enters the namespace and is never used again:
+		// the goroutine ends locked, so the runtime discards it.
+		runtime.LockOSThread()
+		f, err := os.Open("/run/netns/" + testenv.KubeNetns)
+		if err == nil {
+			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+			f.Close()
+		}
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		ch <- res{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
 }
 
 // startKubeReplica starts a pybox replica on Streamable HTTP in the test
-// cluster's network namespace, with the given token, and returns its
-// address and process.
+// cluster's network namespace, with the given tokens, and returns its
+// address and process. Its reconciler runs every second: it must leave a
+// dead replica's shared sessions alone.
 func startKubeReplica(t *testing.T, token string) (string, *exec.Cmd) {
 	t.Helper()
-	addr := freeAddr(t) // a free port on the host's loopback is as good a guess as any
-	argv := append(testenv.InKube(), binary, "serve", "--transport", "http", "--addr", addr)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	// The reconciler every second: it must leave a dead replica's shared
-	// sessions alone.
-	cmd.Env = append(os.Environ(), append(kubeEnv("0"), "PYBOX_IMAGE="+image(), "PYBOX_AUTH_TOKEN="+token, "PYBOX_RECONCILE_INTERVAL=1s")...)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
-		if t.Failed() {
-			t.Logf("replica %s stderr:\n%s", addr, stderr.String())
-		}
-	})
-	c := inKubeClient()
-	waitFor(t, "the replica", 30*time.Second, func() bool {
-		resp, err := c.Get("http://" + addr + "/mcp")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
-	return addr, cmd
+	return startHTTPIn(t, testenv.InKube(), inKubeDial, "http", token, append(kubeEnv("0"), "PYBOX_RECONCILE_INTERVAL=1s")...)
 }
 
 // TestKubernetesReplicas: two pybox replicas on one cluster, no sticky
