@@ -44,6 +44,9 @@ type callOut struct {
 	notes  []fileNote // files the server refused, and why
 	report *report
 	done   chan struct{} // closed when the report came
+	// handover is when the call was handed to the runner; doneAt, when
+	// its report came (both for the call's Timing).
+	handover, doneAt time.Time
 }
 
 func newCallOut(seq, limit int, live *liveOut) *callOut {
@@ -248,7 +251,7 @@ func (c *conn) done(r *report) {
 		c.parser.fail("a report for call %d, which is not running", r.Seq)
 		return
 	}
-	c.cur, cur.report = nil, r
+	c.cur, cur.report, cur.doneAt = nil, r, time.Now()
 	c.mu.Unlock()
 	close(cur.done)
 }

@@ -150,6 +150,14 @@ type Options struct {
 	// PoolSize is how many started sandboxes wait for calls; 0 means no
 	// pool (every call starts its own).
 	PoolSize int
+	// PoolMax caps the pool's size as it follows demand: each call that
+	// finds it empty raises it by one, and it falls back to PoolSize when
+	// calls stop finding it empty. 0 means 4 × PoolSize; less than
+	// PoolSize means PoolSize (a pool of fixed size).
+	PoolMax int
+	// PoolParallel is how many pooled sandboxes start at once; 0 means
+	// one per CPU core.
+	PoolParallel int
 	// PreImport are the modules a pooled sandbox imports ahead of the
 	// code; nil means [DefaultPreImport].
 	PreImport []string
@@ -235,6 +243,13 @@ func (o Options) resolve() (resolved, error) {
 	}
 	if o.PreImport == nil {
 		o.PreImport = DefaultPreImport
+	}
+	if o.PoolMax == 0 {
+		o.PoolMax = 4 * o.PoolSize
+	}
+	o.PoolMax = max(o.PoolMax, o.PoolSize)
+	if o.PoolParallel <= 0 {
+		o.PoolParallel = defaultPoolParallel()
 	}
 	if o.PoolMaxIdle == 0 {
 		o.PoolMaxIdle = DefaultPoolMaxIdle

@@ -170,32 +170,88 @@ func TestFakePool(t *testing.T) {
 			t.Errorf("after the pooled sandbox died: %q %q %q", res.Stdout, res.Stderr, res.Error)
 		}
 	})
-	t.Run("light under load, full after", func(t *testing.T) {
+	t.Run("plan: light under load, full after, demand, shrink, backoff", func(t *testing.T) {
 		alive := func(light bool) *box {
 			c := &conn{closed: make(chan struct{})}
 			return &box{conn: c, started: time.Now(), light: light}
 		}
-		p := &pool{lastMiss: time.Now()}
-		if _, short, loaded := p.prune(2, time.Hour); short != 2 || !loaded {
-			t.Errorf("an empty pool just after a miss: short %d, loaded %v; want 2, true (refill light)", short, loaded)
+		now := time.Now()
+		newPool := func() *pool { return &pool{min: 2, max: 8, parallel: 2, size: 2, lastMiss: now, sized: now} }
+		p := newPool()
+		if stale, starts := p.plan(time.Hour, now); len(stale) != 0 || len(starts) != 2 || !starts[0] || !starts[1] || p.starting != 2 {
+			t.Errorf("an empty pool just after a miss: %d dropped, starts %v (%d starting); want two light starts", len(stale), starts, p.starting)
 		}
+		p.starting = 0
 		p.ready = []*box{alive(false), alive(true)}
-		if stale, short, _ := p.prune(2, time.Hour); len(stale) != 0 || short != 0 {
-			t.Errorf("a full pool under load: %d dropped, short %d; want the light one kept", len(stale), short)
+		if stale, starts := p.plan(time.Hour, now); len(stale) != 0 || len(starts) != 0 {
+			t.Errorf("a full pool under load: %d dropped, starts %v; want the light one kept", len(stale), starts)
 		}
-		p.lastMiss = time.Now().Add(-2 * loadWindow)
-		stale, short, loaded := p.prune(2, time.Hour)
-		if len(stale) != 1 || !stale[0].light || short != 1 || loaded {
-			t.Errorf("once the load passed: %d dropped (light %v), short %d, loaded %v; want the light one traded for a full one", len(stale), len(stale) == 1 && stale[0].light, short, loaded)
+		later := now.Add(2 * loadWindow)
+		stale, starts := p.plan(time.Hour, later)
+		if len(stale) != 1 || !stale[0].light || len(starts) != 1 || starts[0] {
+			t.Errorf("once the load passed: %d dropped, starts %v; want the light one traded for a full start", len(stale), starts)
 		}
+
+		p = newPool()
 		old := alive(false)
-		old.started = time.Now().Add(-2 * time.Hour)
+		old.started = now.Add(-2 * time.Hour)
 		dead := alive(false)
 		close(dead.conn.closed)
 		p.ready = []*box{old, dead, alive(false)}
-		if stale, short, _ := p.prune(2, time.Hour); len(stale) != 2 || short != 1 {
-			t.Errorf("a stale and a dead one: %d dropped, short %d; want both dropped", len(stale), short)
+		if stale, starts := p.plan(time.Hour, now); len(stale) != 2 || len(starts) != 1 {
+			t.Errorf("a stale and a dead one: %d dropped, starts %v; want both dropped and one start", len(stale), starts)
 		}
+
+		// Three calls wait: they are served first, at most parallel at once.
+		p = newPool()
+		p.waiters = make([]chan taken, 3)
+		if _, starts := p.plan(time.Hour, now); len(starts) != 2 || p.starting != 2 {
+			t.Errorf("three waiting calls: starts %v; want 2 (the parallelism)", starts)
+		}
+
+		// The size falls back by one each poolShrinkEvery without a miss,
+		// and what is ready beyond it goes, light ones first.
+		p = newPool()
+		p.size, p.lastMiss, p.sized = 4, now.Add(-poolShrinkEvery), now.Add(-poolShrinkEvery)
+		p.ready = []*box{alive(false), alive(true), alive(false), alive(false)}
+		stale, starts = p.plan(time.Hour, now)
+		if p.size != 3 || len(stale) != 1 || !stale[0].light || len(starts) != 0 {
+			t.Errorf("idle at size 4: size %d, %d dropped, starts %v; want 3, the light one, none", p.size, len(stale), starts)
+		}
+		if p.plan(time.Hour, now); p.size != 3 {
+			t.Errorf("again at once: size %d; want 3 until another poolShrinkEvery", p.size)
+		}
+
+		// While starts fail, the pool's own size waits for the retry, a
+		// waiting call does not.
+		p = newPool()
+		p.failing, p.retry = true, now.Add(time.Minute)
+		if _, starts := p.plan(time.Hour, now); len(starts) != 0 {
+			t.Errorf("failing, nobody waiting: starts %v; want none before the retry", starts)
+		}
+		p.waiters = make([]chan taken, 1)
+		if _, starts := p.plan(time.Hour, now); len(starts) != 1 {
+			t.Errorf("failing, a call waiting: starts %v; want one for it", starts)
+		}
+	})
+	t.Run("the pool grows when calls find it empty, a waiting call gets the next one", func(t *testing.T) {
+		s, _ := newFake(t, Options{PoolSize: 1, PoolMax: 3})
+		waitFor(t, "the pool to fill", func() bool { return s.PoolReady() == 1 })
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res := s.Run(context.Background(), Request{Code: "print ok"}); res.Stdout != "ok\n" || res.Timing.Source != SourcePool {
+					t.Errorf("a call at once: %q %q %q from %q", res.Stdout, res.Stderr, res.Error, res.Timing.Source)
+				}
+			}()
+		}
+		wg.Wait()
+		if size, _, _, _ := s.PoolStats(); size != 3 {
+			t.Errorf("after four calls at once on a pool of 1: size %d; want its cap, 3", size)
+		}
+		waitFor(t, "the pool to fill to its new size", func() bool { _, ready, _, _ := s.PoolStats(); return ready == 3 })
 	})
 	t.Run("backs off while the engine fails, fills when it is back", func(t *testing.T) {
 		f := newFakeEngine()
@@ -211,7 +267,8 @@ func TestFakePool(t *testing.T) {
 		f.mu.Lock()
 		f.createErr = nil
 		f.mu.Unlock()
-		waitFor(t, "the pool to fill once the engine works", func() bool { return s.PoolReady() == 2 })
+		// It grew by one for the call that found it empty.
+		waitFor(t, "the pool to fill once the engine works", func() bool { return s.PoolReady() == 3 })
 	})
 }
 

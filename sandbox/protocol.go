@@ -117,6 +117,12 @@ type report struct {
 	Exit   *int    `json:"exit"`
 	Signal int     `json:"signal"`
 	Ran    float64 `json:"ran"` // seconds the code ran
+	// Setup is the runner's seconds from the call's frame to the code's
+	// start (input files written); Finish, from the code's end to this
+	// report (leftovers stopped, output drained, output files sent). For
+	// the latency breakdown only: nothing is decided on them.
+	Setup  float64 `json:"setup"`
+	Finish float64 `json:"finish"`
 	// OOMKills counts the memory cgroup's OOM kills during the call, where
 	// the runner can read them (not under gVisor).
 	OOMKills *int `json:"oom_kills"`
@@ -166,7 +172,7 @@ func parseReport(b []byte) (*report, error) {
 		return bad("exit status")
 	case r.Signal < 0 || r.Signal > 64, r.Exit == nil && r.Signal == 0 && r.InputError == "" && r.Restarted != "malformed":
 		return bad("signal")
-	case r.Ran < 0 || r.Ran > 1e7:
+	case r.Ran < 0 || r.Ran > 1e7 || r.Setup < 0 || r.Setup > 1e7 || r.Finish < 0 || r.Finish > 1e7:
 		return bad("run time")
 	case r.OOMKills != nil && *r.OOMKills < 0:
 		return bad("OOM kill count")

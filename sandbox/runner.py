@@ -469,6 +469,7 @@ def _pybox_supervise():
         # Output files, then the call's end.
         nonlocal call
         report["ran"] = round(max(0.0, call.get("end", time.monotonic()) - call["start"]), 6)
+        report["setup"] = round(max(0.0, call["start"] - call["recv"]), 6)
         skipped = send_outputs(call["before"]) if not report.get("input_error") else []
         report["seq"] = call["seq"]
         # At most 20 named, each name whole folders of at most 1024 bytes:
@@ -479,6 +480,7 @@ def _pybox_supervise():
         kills = oom_kills()
         if kills is not None and call["oom"] is not None:
             report["oom_kills"] = kills - call["oom"]
+        report["finish"] = round(max(0.0, time.monotonic() - call.get("end", call["start"])), 6) if "end" in call else 0.0
         emit(0x44, json.dumps(report).encode())
         call = None
 
@@ -501,7 +503,8 @@ def _pybox_supervise():
             expire_at = time.monotonic() + float(req["expire"])
         code_len = int(req["code"])
         code, blob = rest[:code_len], rest[code_len:]
-        call = {"seq": int(req["seq"]), "start": time.monotonic(), "oom": oom_kills(), "before": {}}
+        now = time.monotonic()
+        call = {"seq": int(req["seq"]), "recv": now, "start": now, "oom": oom_kills(), "before": {}}
         err = write_inputs(req.get("files") or [], blob)
         if err:
             finish(input_error=err)
@@ -620,12 +623,35 @@ def _pybox_supervise():
                 except Exception:
                     bad = True
                     break
-                if call is not None and seq == call["seq"] and session:
+                if call is not None and seq == call["seq"]:
                     call["end"] = time.monotonic()
                     for fd in (worker.out_r, worker.err_r):
                         relay(fd, True)
                     now = pids() - {worker.pid}
-                    finish(exit=code, background=len(now), new_background=len(now - call["pids"]))
+                    if session:
+                        finish(exit=code, background=len(now), new_background=len(now - call["pids"]))
+                        continue
+                    # One call: its main program has ended (what it says of
+                    # itself is only its own exit status, which it chooses
+                    # anyway). Whatever is left is killed, what it wrote
+                    # until then is relayed, and the sandbox ends.
+                    try:
+                        os.kill(-1, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    for fd in (worker.out_r, worker.err_r):
+                        relay(fd, True)
+                    finish(exit=code, left=len(now))
+                    # The sandbox ends when the server lets go of it: an
+                    # exit now would make the engine's clean-up race the
+                    # report on its way out through the same engine.
+                    select.select([0], [], [], max(0.0, expire_at - time.monotonic()))
+                    os._exit(0)
+            if bad and not session:
+                # The code wrote into the status pipe: its end is the
+                # worker's exit, as the kernel reports it.
+                worker.open.discard(worker.st_r)
+                bad = False
             if bad:
                 # The code wrote into the worker's status pipe: nothing it
                 # says can be told from the code's own words any more.
@@ -693,6 +719,7 @@ class _PyboxFlusher:
         self.streams = streams
         self.interval = interval
         self.f = None
+        self.stopping = []  # threads told to stop, perhaps not yet gone
         self.running = False
         self.caller = None
         self.pending = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(self.restart)
@@ -703,8 +730,10 @@ class _PyboxFlusher:
         self.start()
 
     def end(self):
+        # The thread is told to stop, not waited for: only a fork needs it
+        # gone (before_fork waits), and the call's end should not.
         self.running = False
-        self.stop()
+        self.stop(wait=False)
         self.flush()
 
     def flush(self):
@@ -742,20 +771,24 @@ class _PyboxFlusher:
         finally:
             f["done"].release()
 
-    def stop(self):
+    def stop(self, wait=True):
         import os
         import time
 
         f, self.f = self.f, None
-        if f is None:
+        if f is not None:
+            f["sleep"].release()
+            self.stopping.append(f)
+        if not wait:
             return
-        f["sleep"].release()
-        f["done"].acquire(timeout=1)
-        # Its Python part is over; the fork warning counts the kernel's
-        # threads, so wait until this one is gone too.
-        deadline = time.monotonic() + 0.1
-        while f["tid"] is not None and os.path.exists("/proc/self/task/%d" % f["tid"]) and time.monotonic() < deadline:
-            time.sleep(0.0002)
+        for f in self.stopping:
+            f["done"].acquire(timeout=1)
+            # Its Python part is over; the fork warning counts the kernel's
+            # threads, so wait until this one is gone too.
+            deadline = time.monotonic() + 0.1
+            while f["tid"] is not None and os.path.exists("/proc/self/task/%d" % f["tid"]) and time.monotonic() < deadline:
+                time.sleep(0.0002)
+        self.stopping = []
 
     def before_fork(self):
         import threading
@@ -805,6 +838,13 @@ def _pybox_streams():
     return make(1, "<stdout>", "strict", False), make(2, "<stderr>", "backslashreplace", True)
 
 
+_PYBOX_WARMUPS = {
+    "pandas": "import pandas as pd\n"
+    "df = pd.DataFrame({'a': range(100), 'b': [0.5] * 100, 'c': ['x', 'y'] * 50})\n"
+    "df.describe(); df.groupby('c').mean(); df.head().to_string(); df['a'].sum()\n",
+}
+
+
 def _pybox_preimport(names):
     # Import the common heavy modules ahead of the code, with their output
     # thrown away, and leave no file behind: matplotlib's cache directory is
@@ -821,6 +861,11 @@ def _pybox_preimport(names):
         for name in names:
             try:
                 __import__(name)
+                # A first use loads what the import leaves for later (the
+                # lazy parts of pandas' describe, groupby and formatting):
+                # some milliseconds off the first call that uses it.
+                if name in _PYBOX_WARMUPS:
+                    exec(_PYBOX_WARMUPS[name], {})
             except Exception:
                 pass
         mpl = sys.modules.get("matplotlib")
@@ -890,8 +935,7 @@ def _pybox_worker(code_r, st_w, cfg):
     # SIGINT (a session's interrupt) is blocked but while the code runs.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     os.write(st_w, b'{"ready": true}\n')
-    if not session:
-        os.close(st_w)
+    st_id = (os.fstat(st_w).st_dev, os.fstat(st_w).st_ino)
     call = 0
     while True:
         seq, n = struct.unpack("<II", read_exact(8))
@@ -915,9 +959,22 @@ def _pybox_worker(code_r, st_w, cfg):
             except BaseException:
                 pass
         flusher.end()
+        # The call's end, as soon as its output is out: in a one-call
+        # sandbox the supervisor reports it without waiting for this
+        # process's teardown (milliseconds with the data stack imported).
+        status = json.dumps({"seq": seq, "exit_code": exit_code}).encode() + b"\n"
         if not session:
+            # Only into the pipe it was: the code may have closed it, or
+            # opened a file of its own under its number. Without it, the
+            # supervisor waits for this process's exit, as the kernel says.
+            try:
+                st = os.fstat(st_w)
+                if (st.st_dev, st.st_ino) == st_id:
+                    os.write(st_w, status)
+            except OSError:
+                pass
             os._exit(exit_code)
-        os.write(st_w, json.dumps({"seq": seq, "exit_code": exit_code}).encode() + b"\n")
+        os.write(st_w, status)
 
 
 # The code objects of each session call, by id, with that call's source

@@ -306,3 +306,47 @@ print(libc.syscall(272, 0x10000000), errno.errorcode[ctypes.get_errno()])
 		}
 	})
 }
+
+// TestCallEndsAtItsMainProgram: a one-call sandbox reports the call as its
+// main program ends, without waiting for the process's teardown, and
+// whatever the code does to the worker's descriptors, the exit status and
+// the output are its own: closing them all, or opening a file under the
+// status pipe's number, makes the runner fall back to the kernel's word.
+func TestCallEndsAtItsMainProgram(t *testing.T) {
+	tests := []struct {
+		name, code, stdout string
+		exit               int
+	}{
+		{"plain", "import sys\nprint('hi')\nsys.exit(7)", "hi\n", 7},
+		{"every descriptor closed", "import os, sys\nprint('hi', flush=True)\nos.closerange(3, 1 << 16)\nsys.exit(5)", "hi\n", 5},
+		{"a file in the status pipe's place", "import os, sys\nprint('hi', flush=True)\nos.closerange(3, 1 << 16)\n" +
+			"fds = [os.open('/tmp/f%d' % i, os.O_CREAT | os.O_WRONLY) for i in range(8)]\nsys.exit(4)", "hi\n", 4},
+		{"a forged status line", "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"seq\": 1, \"exit_code\": 0}\\n')\n    except OSError:\n        pass\nprint('after')\nraise SystemExit(3)", "", -1},
+	}
+	forEachSetup(t, func(t *testing.T, s *Sandbox, rt string) {
+		for _, tc := range tests {
+			res := s.Run(context.Background(), Request{Code: tc.code, Timeout: 20 * time.Second})
+			if tc.exit < 0 {
+				// The code may end its own call early with a status of its
+				// choosing (what it could do by exiting): nothing outlives it.
+				if res.Error != ErrNone || (res.ExitCode != 0 && res.ExitCode != 3) {
+					t.Errorf("%s: exit %d error %q stderr %q; want its own exit status, 0 or 3", tc.name, res.ExitCode, res.Error, res.Stderr)
+				}
+				continue
+			}
+			if res.ExitCode != tc.exit || res.Stdout != tc.stdout || res.Error != ErrNone {
+				t.Errorf("%s: exit %d stdout %q error %q stderr %q; want %d %q", tc.name, res.ExitCode, res.Stdout, res.Error, res.Stderr, tc.exit, tc.stdout)
+			}
+			if res.Timing.Run <= 0 || res.Timing.Run != res.Duration {
+				t.Errorf("%s: timing %+v; want the run's time, as Duration (%v)", tc.name, res.Timing, res.Duration)
+			}
+		}
+		want := SourceCold
+		if s.pool != nil {
+			want = SourcePool
+		}
+		if res := s.Run(context.Background(), Request{Code: "print(1)"}); res.Timing.Source != want {
+			t.Errorf("a call's sandbox came from %q; want %q", res.Timing.Source, want)
+		}
+	})
+}

@@ -98,6 +98,47 @@ type Result struct {
 	Cause error
 	// Files are the files the code left under /mnt/outputs.
 	Files []OutputFile
+	// Timing says where the call's time went.
+	Timing Timing
+}
+
+// Source is where a call's sandbox came from.
+type Source string
+
+// The sources of a call's sandbox.
+const (
+	SourceNone    Source = ""        // the code did not run
+	SourcePool    Source = "pool"    // taken from the warm pool, or handed over by it
+	SourceCold    Source = "cold"    // started for the call (no pool)
+	SourceSession Source = "session" // the session's own
+)
+
+// Timing says where a call's time went, for the latency breakdown of
+// `pybox bench` and for metrics. Nothing is decided on it. The parts follow
+// each other: their sum is the call's time in the sandbox package.
+type Timing struct {
+	Source Source
+	// Queue is the wait for a slot, and in a session for its earlier call.
+	Queue time.Duration
+	// Acquire is taking a pooled sandbox (or waiting for one the pool is
+	// starting), or starting one for the call.
+	Acquire time.Duration
+	// Transit is the call's way through the engine's attach stream, both
+	// directions: the server's wait for the report, less the runner's own
+	// time (Setup, Run, Finish).
+	Transit time.Duration
+	// Setup is the runner's time from the call's frame to the code's start
+	// (the input files written).
+	Setup time.Duration
+	// Run is the code's own run (the Result's Duration).
+	Run time.Duration
+	// Finish is the runner's time from the code's end to its report: the
+	// leftover processes stopped, the output drained, the files sent.
+	Finish time.Duration
+	// Collect is from the report's arrival to the Result, less Redact.
+	Collect time.Duration
+	// Redact is the redaction of the streams and output files.
+	Redact time.Duration
 }
 
 // OutputFile is a file the code left under /mnt/outputs, as it leaves:
@@ -283,10 +324,26 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 	if err := s.lim.acquire(ctx, s.stop, deadline); err != nil {
 		return s.said(s.notRun(err, time.Since(arrival)))
 	}
-	if b == nil {
-		b = s.takeWarm()
+	slot := time.Now()
+	source := SourceSession
+	if b == nil && s.pool != nil {
+		source = SourcePool
+		pr.setPhase("starting")
+		var fail *Result
+		if b, fail = s.takeWarm(ctx, deadline); b == nil {
+			s.lim.release()
+			switch {
+			case fail != nil:
+				return s.said(*fail)
+			case ctx.Err() != nil:
+				return failure(ErrCancelled, context.Cause(ctx), "pybox: the call was cancelled before it ran.")
+			default:
+				return failure(ErrCancelled, errClosed, "pybox: the server is shutting down; the code did not run.")
+			}
+		}
 	}
 	if b == nil {
+		source = SourceCold
 		pr.setPhase("starting")
 		var fail *Result
 		if b, fail = s.startBox(ctx, modeOnce, req.CallID, false, deadline, time.Until(deadline)); fail != nil {
@@ -295,7 +352,12 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		}
 	}
 	pr.setPhase("running")
-	res := s.exec(ctx, b, req, deadline, arrival, pr.out())
+	res := s.exec(ctx, b, req, deadline, arrival, Timing{Source: source, Queue: slot.Sub(arrival)}, pr.out())
+	if source != SourceSession && s.pool != nil {
+		// The refill starts once the call is over, not on its path: the
+		// engine's work for a new sandbox would compete with the call's.
+		s.pool.poke()
+	}
 	if se != nil {
 		s.lim.release()
 		if !b.conn.alive() {
@@ -337,7 +399,8 @@ func (s *Sandbox) notRun(err error, waited time.Duration) Result {
 }
 
 // exec runs one call in a started sandbox and shapes its result.
-func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time, live *liveOut) Result {
+// Its timing starts from t's Source and Queue.
+func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arrival time.Time, t Timing, live *liveOut) Result {
 	b.seq++
 	out := newCallOut(b.seq, s.opt.OutputLimit, live)
 	frame, err := encodeRun(b.seq, req, time.Until(deadline)+runnerMargin)
@@ -348,6 +411,7 @@ func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arriv
 		return failure(ErrSandboxUnavailable, err, "pybox: "+err.Error())
 	}
 	handover := time.Now()
+	out.handover = handover
 	// Written in the background: a stalled engine blocks the write, and
 	// the call's clock is the server's own.
 	go func() {
@@ -356,7 +420,8 @@ func (s *Sandbox) exec(ctx context.Context, b *box, req Request, deadline, arriv
 		}
 	}()
 	reason := s.await(ctx, b, out, deadline)
-	return s.outcome(ctx, b, out, reason, req, deadline, handover.Sub(arrival), time.Since(handover))
+	t.Acquire = handover.Sub(arrival) - t.Queue
+	return s.outcome(ctx, b, out, reason, req, deadline, t, handover.Sub(arrival), time.Since(handover))
 }
 
 // Graces after asking a call to stop: together at most 2 s past its
@@ -453,7 +518,10 @@ func (s *Sandbox) background(f func()) {
 }
 
 // outcome turns what came back from the runner into the call's Result.
-func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason ErrorKind, req Request, deadline time.Time, waited, elapsed time.Duration) Result {
+func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason ErrorKind, req Request, deadline time.Time, t Timing, waited, elapsed time.Duration) (res Result) {
+	collect := time.Now()
+	var r *report
+	defer func() { res.Timing = t.finished(r, out, collect) }()
 	select {
 	case <-out.done:
 	default:
@@ -461,9 +529,13 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 		// call's output before it is read.
 		b.conn.readerDone()
 	}
-	r, files, fileNotes := b.conn.collected(out)
+	var files []OutputFile
+	var fileNotes []fileNote
+	r, files, fileNotes = b.conn.collected(out)
+	redacting := time.Now()
 	c := s.clean(ctx, out, files, deadline)
-	res := Result{Stdout: c.stdout, Stderr: c.stderr, Truncated: c.truncated, Files: c.files}
+	t.Redact = time.Since(redacting)
+	res = Result{Stdout: c.stdout, Stderr: c.stderr, Truncated: c.truncated, Files: c.files}
 	var refused []string
 	for _, n := range fileNotes {
 		refused = append(refused, s.noteName(n.name)+" "+n.why)
@@ -553,6 +625,19 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 		s.noteProcesses(&res, r, b.mode == modeSession)
 	}
 	return res
+}
+
+// finished completes a call's timing from its report, once its Result is
+// shaped; shaping began at collect.
+func (t Timing) finished(r *report, out *callOut, collect time.Time) Timing {
+	if r != nil {
+		sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+		t.Setup, t.Run, t.Finish = sec(r.Setup), sec(r.Ran), sec(r.Finish)
+		t.Transit = max(0, out.doneAt.Sub(out.handover)-t.Setup-t.Run-t.Finish)
+		collect = out.doneAt
+	}
+	t.Collect = max(0, time.Since(collect)-t.Redact)
+	return t
 }
 
 // noteProcesses says what became of the processes the code left behind,

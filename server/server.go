@@ -86,6 +86,23 @@ type Options struct {
 	// TaskRetention is how long a task's result is kept after the call's
 	// time is up; 0 means DefaultTaskRetention.
 	TaskRetention time.Duration
+	// OnCall, when set, is told where each run_python call's time went,
+	// after the call; for benchmarks and metrics. It must not block.
+	OnCall func(Timing)
+}
+
+// Timing is where one run_python call's time went in the server.
+type Timing struct {
+	// Decode is parsing and checking the call's arguments; Encode is
+	// shaping the result (its JSON text and file blocks). What the MCP
+	// library and the transport add lies outside Handler.
+	Decode, Encode time.Duration
+	// Handler is the whole tool handler, the sandbox's part included.
+	Handler time.Duration
+	// Error is the call's error kind, "" for none.
+	Error string
+	// Sandbox is the sandbox's part.
+	Sandbox sandbox.Timing
 }
 
 // Limits are the sandbox's limits as the tool's description states them.
@@ -222,6 +239,7 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	start := time.Now()
 	var out Output
 	var cause error
+	var tm Timing
 	defer func() {
 		if p := recover(); p != nil {
 			h.opt.Logger.Error().Str("call", callID).
@@ -251,9 +269,14 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 			ev = ev.Str("cause", h.opt.Redactor.String(cause.Error()))
 		}
 		ev.Msg(ToolName)
+		if h.opt.OnCall != nil {
+			tm.Handler, tm.Error = time.Since(start), out.Error
+			h.opt.OnCall(tm)
+		}
 	}()
 
 	in, err := parseInput(req.GetRawArguments(), h.opt)
+	tm.Decode = time.Since(start)
 	if err != nil {
 		out = Output{
 			Stderr:   "pybox: invalid input: " + err.Error(),
@@ -276,12 +299,14 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 		res, sessionID = h.runInSession(ctx, in.Session, sreq)
 	}
 	cause = res.Cause
+	encoding := time.Now()
 	out = FromResult(res)
 	out.SessionID = sessionID
 	content, infos := fileContents(res.Files)
 	out.Files = infos
 	r := h.result(out)
 	r.Content = append(r.Content, content...)
+	tm.Encode, tm.Sandbox = time.Since(encoding), res.Timing
 	return r, nil
 }
 

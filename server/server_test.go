@@ -285,3 +285,28 @@ func TestSessionStartCountsAgainstTimeout(t *testing.T) {
 		t.Errorf("got %+v; want sandbox_unavailable saying the session did not start in time", out)
 	}
 }
+
+// TestOnCallTiming: every call, a bad one and a panic included, tells
+// OnCall where its time went, with the sandbox's part as the runner gave it.
+func TestOnCallTiming(t *testing.T) {
+	var got []Timing
+	st := sandbox.Timing{Source: sandbox.SourcePool, Run: 3 * time.Millisecond, Transit: time.Millisecond}
+	r := &fakeRunner{res: sandbox.Result{Stdout: "1\n", Duration: 3 * time.Millisecond, Timing: st}}
+	c := connect(t, Options{Runner: r, OnCall: func(tm Timing) { got = append(got, tm) }})
+	call(t, c, map[string]any{"code": "print(1)"})
+	call(t, c, map[string]any{"code": 5})
+	r.panic = true
+	call(t, c, map[string]any{"code": "print(1)"})
+	if len(got) != 3 {
+		t.Fatalf("OnCall was told of %d calls; want 3", len(got))
+	}
+	if got[0].Sandbox != st || got[0].Error != "" || got[0].Handler < got[0].Decode+got[0].Encode {
+		t.Errorf("a clean call's timing = %+v; want the sandbox's %+v, no error, a handler spanning decode and encode", got[0], st)
+	}
+	if got[1].Error != string(sandbox.ErrInvalidInput) || got[1].Sandbox.Source != sandbox.SourceNone {
+		t.Errorf("a bad call's timing = %+v; want invalid_input and no sandbox", got[1])
+	}
+	if got[2].Error != string(sandbox.ErrSandboxUnavailable) {
+		t.Errorf("a panicking call's timing = %+v; want sandbox_unavailable", got[2])
+	}
+}

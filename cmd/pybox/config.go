@@ -78,9 +78,11 @@ type config struct {
 	maxOutputBytes     byteSize
 
 	// Warm pool (serve only).
-	pool        int
-	preImport   stringList
-	poolMaxIdle time.Duration
+	pool         int
+	poolMax      int
+	poolParallel int
+	preImport    stringList
+	poolMaxIdle  time.Duration
 
 	// Cleanup.
 	reconcileInterval time.Duration
@@ -133,6 +135,8 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	if withServe {
 		fs.IntVar(&cfg.pool, "pool", 2, "started sandboxes kept waiting for calls, with Python up and common modules imported; 0 turns the pool off")
+		fs.IntVar(&cfg.poolMax, "pool-max", 0, "the pool's cap as it follows demand: a call that finds it empty raises its size by one, 15 s without one lowers it back toward --pool (0: 4 x --pool)")
+		fs.IntVar(&cfg.poolParallel, "pool-parallel", 0, "pooled sandboxes started at once (0: one per CPU core)")
 		fs.Var(&cfg.preImport, "pre-import", "a module pooled sandboxes import ahead of the code (repeatable; comma-separated in PYBOX_PRE_IMPORT; default numpy, pandas, matplotlib.pyplot)")
 		fs.DurationVar(&cfg.poolMaxIdle, "pool-max-idle", sandbox.DefaultPoolMaxIdle, "a pooled sandbox that waited this long is replaced")
 		fs.StringVar(&cfg.transport, "transport", "stdio", "MCP transport: stdio, http (Streamable HTTP on /mcp) or sse (/sse and /message)")
@@ -298,6 +302,8 @@ func (c *config) sandboxOptions(rd *redact.Redactor) sandbox.Options {
 		MaxOutputFileBytes: int(c.maxOutputFileBytes),
 		MaxOutputBytes:     int(c.maxOutputBytes),
 		PoolSize:           c.pool,
+		PoolMax:            c.poolMax,
+		PoolParallel:       c.poolParallel,
 		PreImport:          c.preImportList(),
 		PoolMaxIdle:        c.poolMaxIdle,
 		SessionMaxAge:      c.sessionMaxAge,
@@ -366,6 +372,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--output-limit must be at least 1KiB")
 	case c.pool < 0:
 		return fmt.Errorf("--pool must not be negative")
+	case c.poolMax < 0 || c.poolParallel < 0:
+		return fmt.Errorf("--pool-max and --pool-parallel must not be negative")
 	case c.maxSessions <= 0 || c.sessionIdle <= 0 || c.sessionMaxAge <= 0:
 		return fmt.Errorf("the session limits must be positive")
 	case c.maxTasks <= 0 || c.maxTasksPerConn <= 0 || c.taskRetention <= 0:
