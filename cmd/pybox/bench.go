@@ -23,12 +23,16 @@ import (
 	"github.com/pybox/pybox/server"
 )
 
-const benchUsage = `Usage: pybox bench [latency|output|load|redact] [flags]
+const benchUsage = `Usage: pybox bench [latency|warm|output|load|redact] [flags]
 
   latency  (the default) pool off against pool on, in one process: p50 and p95
            latency of a call through MCP for print(1), a pandas snippet and a
            matplotlib snippet, executions per second at each concurrency level,
            and the server's memory
+  warm     warm calls at a model's pace (--pauses between calls) and back to
+           back, through MCP over stdio: pooled against session calls, a
+           pandas snippet against print(1), against a naive ` + "`docker run`" + `
+           per call, under each runtime; and where each call's time goes
   output   the time to print --lines lines through pybox, cold and pooled,
            against a plain ` + "`docker run`" + ` of the same code with the same
            image, under each runtime the engine has
@@ -50,6 +54,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch mode {
 	case "latency":
 		return benchLatency(ctx, args, stdout, stderr)
+	case "warm":
+		return benchWarm(ctx, args, stdout, stderr)
 	case "output":
 		return benchOutput(ctx, args, stdout, stderr)
 	case "load":
