@@ -11,9 +11,18 @@ RUNSC="${RUNSC:-/usr/local/bin/runsc}"
 
 log() { printf 'ensure-gvisor: %s\n' "$*" >&2; }
 
-# runsc ignores the container's seccomp profile unless told to load it; pybox
-# registers it with --oci-seccomp so the pinned profile holds under gVisor too.
-if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*--oci-seccomp' && [ -x "$RUNSC" ]; then
+# The settings pybox runs gVisor with (measured in README.md, "gVisor"):
+#   --oci-seccomp       runsc ignores the container's seccomp profile unless
+#                       told to load it: the pinned profile holds under gVisor too
+#   --platform=systrap  the fastest platform that works everywhere: kvm needs
+#                       /dev/kvm and hung on these (nested) machines; ptrace is
+#                       slower per system call. Named, so that a new default in
+#                       a later runsc does not change it silently.
+# The file-system and network defaults stay: --overlay2=none and
+# --network=none were measured and gain nothing pybox can see (the sandbox's
+# root is read-only and Docker's "none" network leaves only loopback), and
+# --network=none would silently cut a --network that a user asked for.
+if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*--oci-seccomp[^}]*--platform=systrap' && [ -x "$RUNSC" ]; then
   log "runsc is registered ($("$RUNSC" --version 2>/dev/null | head -1))"
   exit 0
 fi
@@ -37,7 +46,7 @@ cfg = {}
 if os.path.exists(path) and os.path.getsize(path) > 0:
     with open(path) as f:
         cfg = json.load(f)
-cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--oci-seccomp"]}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--oci-seccomp", "--platform=systrap"]}
 with open(path, "w") as f:
     json.dump(cfg, f, indent=2)
 PY
@@ -50,7 +59,7 @@ else
   bash "$(dirname "${BASH_SOURCE[0]}")/ensure-docker.sh"
 fi
 for _ in $(seq 1 30); do
-  if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*--oci-seccomp'; then
+  if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*--oci-seccomp[^}]*--platform=systrap'; then
     log "runsc is registered"
     exit 0
   fi
