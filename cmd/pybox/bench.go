@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -238,39 +237,28 @@ func inProcessClient(ctx context.Context, srv *server.Server) (*client.Client, e
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Start(ctx); err != nil {
-		return nil, err
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	if err := startBenchClient(ctx, c); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
+// startBenchClient starts an MCP client and initializes its session.
+func startBenchClient(ctx context.Context, c *client.Client) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	_, err := c.Initialize(ctx, init)
+	return err
+}
+
 func benchCall(ctx context.Context, c *client.Client, code string) error {
-	req := mcp.CallToolRequest{}
-	req.Params.Name = server.ToolName
-	req.Params.Arguments = map[string]any{"code": code}
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		return err
-	}
-	if res.IsError {
-		return fmt.Errorf("the call failed: %v", res.StructuredContent)
-	}
-	var out server.Output
-	b, _ := json.Marshal(res.StructuredContent)
-	if err := json.Unmarshal(b, &out); err != nil {
-		return err
-	}
-	if out.ExitCode != 0 {
-		return fmt.Errorf("exit %d: %s", out.ExitCode, out.Stderr)
-	}
-	return nil
+	_, err := benchCallOut(ctx, c, code, "")
+	return err
 }
 
 // benchOutput times a flood of print lines through pybox and through a

@@ -208,14 +208,7 @@ func stdioClient(ctx context.Context, srv *server.Server) (*client.Client, func(
 		fromServer.Close()
 		<-done
 	}
-	if err := c.Start(ctx); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	if err := startBenchClient(ctx, c); err != nil {
 		stop()
 		return nil, nil, err
 	}
