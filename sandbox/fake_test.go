@@ -88,10 +88,11 @@ func (f *fakeEngine) Create(ctx context.Context, spec containerSpec) (string, er
 	if f.createDelay > 0 {
 		time.Sleep(f.createDelay)
 	}
-	if f.createErr != nil {
-		return "", f.createErr
-	}
 	f.mu.Lock()
+	if err := f.createErr; err != nil {
+		f.mu.Unlock()
+		return "", err
+	}
 	f.next++
 	f.created++
 	c := &fakeContainer{id: fmt.Sprintf("fake%04d", f.next), spec: spec, stopped: make(chan struct{}), sessionKV: map[string]string{}}
