@@ -24,6 +24,9 @@ type Progress struct {
 	Output string
 	// OutputBytes is what the code has printed so far, on both streams.
 	OutputBytes int64
+	// Container is the id of the container that runs the code, once the
+	// phase is "running".
+	Container string
 }
 
 // Progress reporting.
@@ -84,8 +87,9 @@ type progress struct {
 	live    *liveOut
 	budget  int64 // output bytes the reports may still show
 
-	mu    sync.Mutex
-	phase string
+	mu        sync.Mutex
+	phase     string
+	container string
 
 	stopc chan struct{}
 	done  chan struct{}
@@ -111,6 +115,16 @@ func (p *progress) setPhase(phase string) {
 	}
 	p.mu.Lock()
 	p.phase = phase
+	p.mu.Unlock()
+}
+
+// running records that the code runs in a container; nil-safe.
+func (p *progress) running(container string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.phase, p.container = "running", container
 	p.mu.Unlock()
 }
 
@@ -161,14 +175,14 @@ func (p *progress) loop() {
 			shownUpTo = upTo
 		}
 		p.mu.Lock()
-		phase := p.phase
+		phase, container := p.phase, p.container
 		p.mu.Unlock()
 		select {
 		case <-p.stopc:
 			return
 		default:
 		}
-		p.report(Progress{Elapsed: now.Sub(p.arrival), Phase: phase, Output: text, OutputBytes: total})
+		p.report(Progress{Elapsed: now.Sub(p.arrival), Phase: phase, Output: text, OutputBytes: total, Container: container})
 		lastSent = now
 	}
 }

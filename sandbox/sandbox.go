@@ -100,6 +100,9 @@ type Result struct {
 	Files []OutputFile
 	// Timing says where the call's time went.
 	Timing Timing
+	// Container is the id of the container the code ran in; "" when it
+	// did not run.
+	Container string
 }
 
 // Source is where a call's sandbox came from.
@@ -351,7 +354,7 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 			return s.said(*fail)
 		}
 	}
-	pr.setPhase("running")
+	pr.running(b.id)
 	res := s.exec(ctx, b, req, deadline, arrival, Timing{Source: source, Queue: slot.Sub(arrival)}, pr.out())
 	if source != SourceSession && s.pool != nil {
 		// The refill starts once the call is over, not on its path: the
@@ -535,7 +538,7 @@ func (s *Sandbox) outcome(ctx context.Context, b *box, out *callOut, reason Erro
 	redacting := time.Now()
 	c := s.clean(ctx, out, files, deadline)
 	t.Redact = time.Since(redacting)
-	res = Result{Stdout: c.stdout, Stderr: c.stderr, Truncated: c.truncated, Files: c.files}
+	res = Result{Stdout: c.stdout, Stderr: c.stderr, Truncated: c.truncated, Files: c.files, Container: b.id}
 	var refused []string
 	for _, n := range fileNotes {
 		refused = append(refused, s.noteName(n.name)+" "+n.why)

@@ -331,22 +331,29 @@ time.sleep(4)
 		Mounts       [][]string
 		Environ      map[string]string
 	}
-	callID := NewID()
+	// The call says which container runs it (a pooled one carries the
+	// label of the call it was started for, not this one's).
+	container := make(chan string, 1)
+	progress := func(p Progress) {
+		if p.Container != "" {
+			select {
+			case container <- p.Container:
+			default:
+			}
+		}
+	}
 	done := make(chan Result, 1)
-	go func() { done <- s.Run(context.Background(), Request{Code: probe, CallID: callID}) }()
+	go func() { done <- s.Run(context.Background(), Request{Code: probe, Progress: progress}) }()
 
 	// Inspect the container while it runs.
 	var raw json.RawMessage
-	deadline := time.Now().Add(20 * time.Second)
-	for raw == nil && time.Now().Before(deadline) {
-		cs, err := s.lst.List(context.Background(), map[string]string{LabelCall: callID})
-		if err == nil && len(cs) == 1 {
-			st, err := s.ctr.Inspect(context.Background(), cs[0].ID)
-			if err == nil && st.Running {
-				raw = st.Raw
-			}
+	select {
+	case id := <-container:
+		st, err := s.ctr.Inspect(context.Background(), id)
+		if err == nil && st.Running {
+			raw = st.Raw
 		}
-		time.Sleep(50 * time.Millisecond)
+	case <-time.After(20 * time.Second):
 	}
 	res := <-done
 	if res.ExitCode != 0 {
