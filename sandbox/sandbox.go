@@ -121,6 +121,9 @@ const (
 // each other: their sum is the call's time in the sandbox package.
 type Timing struct {
 	Source Source
+	// Light is true for a pooled sandbox made without the pre-imports
+	// (under load).
+	Light bool
 	// Queue is the wait for a slot, and in a session for its earlier call.
 	Queue time.Duration
 	// Acquire is taking a pooled sandbox (or waiting for one the pool is
@@ -355,7 +358,7 @@ func (s *Sandbox) do(ctx context.Context, req Request, se *Session) Result {
 		}
 	}
 	pr.running(b.id)
-	res := s.exec(ctx, b, req, deadline, arrival, Timing{Source: source, Queue: slot.Sub(arrival)}, pr.out())
+	res := s.exec(ctx, b, req, deadline, arrival, Timing{Source: source, Light: source == SourcePool && b.light, Queue: slot.Sub(arrival)}, pr.out())
 	if source != SourceSession && s.pool != nil {
 		// The refill starts once the call is over, not on its path: the
 		// engine's work for a new sandbox would compete with the call's.
