@@ -62,7 +62,7 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 	for _, t := range tweaks {
 		t(&spec)
 	}
-	fail := func(r Result) (*box, *Result) { s.uids.give(uid); return nil, &r }
+	fail := func(r Result) (*box, *Result) { s.uids.give(uid); s.counts.startFailures.Add(1); return nil, &r }
 	cctx, cancel := s.engineContext(ctx, deadline)
 	id, err := s.ctr.Create(cctx, spec)
 	cancel()
@@ -79,6 +79,7 @@ func (s *Sandbox) startBox(ctx context.Context, mode, callID string, preimport b
 		return fail(s.engineFailure(ctx, err, deadline))
 	}
 	s.track(id)
+	s.counts.created.Add(1)
 	undo := func(r Result) (*box, *Result) {
 		s.remove(ctx, id)
 		return fail(r)
@@ -121,8 +122,10 @@ func (s *Sandbox) waitReady(ctx context.Context, b *box, deadline time.Time) err
 	case <-b.conn.readyc:
 		return nil
 	case <-b.conn.closed:
+		s.counts.startFailures.Add(1)
 		return fmt.Errorf("the sandbox stopped as it started: %w", b.conn.Err())
 	case <-t.C:
+		s.counts.startFailures.Add(1)
 		return errors.New("the sandbox was not ready in time")
 	case <-ctx.Done():
 		return ctx.Err()
@@ -206,7 +209,7 @@ func (s *Sandbox) track(id string) {
 func (s *Sandbox) remove(ctx context.Context, id string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := s.ctr.Remove(rctx, id); err != nil {
+	if err := s.counts.removal(s.ctr.Remove(rctx, id)); err != nil {
 		s.log.Warn().Str("container", shortID(id)).Err(err).Msg("removing container failed; the reconciler tries again")
 		s.mu.Lock()
 		s.failed[id] = time.Now()

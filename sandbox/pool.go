@@ -84,8 +84,10 @@ func (s *Sandbox) takeWarm(ctx context.Context, deadline time.Time) (*box, *Resu
 	p.mu.Lock()
 	if b := p.takeReady(s.opt.PoolMaxIdle, s); b != nil {
 		p.mu.Unlock()
+		s.counts.poolHits.Add(1)
 		return b, nil
 	}
+	s.counts.poolMisses.Add(1)
 	p.lastMiss = time.Now()
 	if p.size < p.max {
 		p.size++
@@ -362,6 +364,17 @@ func (s *Sandbox) PoolReady() int {
 		}
 	}
 	return n
+}
+
+// PoolFailing reports whether the pool's starts fail now (it backs off
+// until one succeeds).
+func (s *Sandbox) PoolFailing() bool {
+	if s.pool == nil {
+		return false
+	}
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	return s.pool.failing
 }
 
 // PoolStats reports the pool's size now (it follows demand), the

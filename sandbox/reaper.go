@@ -126,7 +126,7 @@ func (s *Sandbox) Reap(ctx context.Context) (int, error) {
 				continue
 			}
 		}
-		if err := s.lst.Remove(lctx, c.ID); err != nil {
+		if err := s.counts.removal(s.lst.Remove(lctx, c.ID)); err != nil {
 			errs = append(errs, err)
 			continue
 		}

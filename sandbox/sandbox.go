@@ -203,6 +203,7 @@ type Sandbox struct {
 
 	pool       *pool
 	reconciled chan struct{} // closed when the reconciler has stopped
+	counts     counters
 }
 
 // engineParts are the engine as each part of the package uses it.
@@ -840,7 +841,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	defer cancel()
 	if cs, err := s.lst.List(lctx, map[string]string{LabelManaged: "true", LabelOwner: s.owner}); err == nil {
 		for _, c := range cs {
-			if err := s.lst.Remove(lctx, c.ID); err != nil {
+			if err := s.counts.removal(s.lst.Remove(lctx, c.ID)); err != nil {
 				errs = append(errs, err)
 			}
 		}
