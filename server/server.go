@@ -10,6 +10,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,9 +88,51 @@ type Options struct {
 	// TaskRetention is how long a task's result is kept after the call's
 	// time is up; 0 means DefaultTaskRetention.
 	TaskRetention time.Duration
-	// OnCall, when set, is told where each run_python call's time went,
-	// after the call; for benchmarks and metrics. It must not block.
-	OnCall func(Timing)
+	// OnCall, when set, is told of each run_python call once it is
+	// answered: for metrics, the audit log and benchmarks. It must not
+	// block.
+	OnCall func(Call)
+}
+
+// Call is what OnCall is told of one run_python call. It holds no code,
+// no output and no secret: sizes, a digest of the code, who called, how it
+// ended and where its time went.
+type Call struct {
+	// ID is the call's id, as in the server's log and the container's
+	// label.
+	ID string
+	// Start is when the handler began.
+	Start time.Time
+	// MCPSession is the MCP session the call came on ("" on a transport
+	// without one).
+	MCPSession string
+	// Principal is the authenticated token's name, "" without tokens.
+	Principal string
+	// CodeSHA256 is the hex SHA-256 of the code; "" when the input did
+	// not parse.
+	CodeSHA256 string
+	// CodeBytes is the code's size, InputFiles and InputBytes the input
+	// files'.
+	CodeBytes, InputFiles int
+	InputBytes            int64
+	// InSession is true for a call in a Python session.
+	InSession bool
+	// StdoutBytes and StderrBytes count what the code wrote, kept or not;
+	// OutputFiles and OutputBytes what came back from /mnt/outputs.
+	StdoutBytes, StderrBytes int64
+	OutputFiles              int
+	OutputBytes              int64
+	// RedactedBytes is what went through redaction: the streams as kept,
+	// and the output files.
+	RedactedBytes int64
+	// ExitCode, Error and Truncated are the result's.
+	ExitCode  int
+	Error     string
+	Truncated bool
+	// ExecutionTime is the code's run, as the result says.
+	ExecutionTime time.Duration
+	// Timing is where the call's time went.
+	Timing Timing
 }
 
 // Timing is where one run_python call's time went in the server.
@@ -133,6 +177,15 @@ type Server struct {
 
 // MCP returns the server to serve over a transport.
 func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
+
+// LiveSessions is the number of Python sessions this server holds now,
+// those starting included.
+func (s *Server) LiveSessions() int {
+	r := s.h.sessions
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
 
 // Close ends every session and stops every task's call.
 func (s *Server) Close(ctx context.Context) {
@@ -240,6 +293,10 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	var out Output
 	var cause error
 	var tm Timing
+	rec := Call{ID: callID, Start: start, Principal: principalOf(ctx)}
+	if cs := mcpserver.ClientSessionFromContext(ctx); cs != nil {
+		rec.MCPSession = cs.SessionID()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			h.opt.Logger.Error().Str("call", callID).
@@ -271,7 +328,8 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 		ev.Msg(ToolName)
 		if h.opt.OnCall != nil {
 			tm.Handler, tm.Error = time.Since(start), out.Error
-			h.opt.OnCall(tm)
+			rec.ExitCode, rec.Error, rec.Truncated, rec.Timing = out.ExitCode, out.Error, out.Truncated, tm
+			h.opt.OnCall(rec)
 		}
 	}()
 
@@ -288,6 +346,13 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 	if h.opt.Logger.Debug().Enabled() {
 		h.opt.Logger.Debug().Str("call", callID).Str("code", h.opt.Redactor.String(in.Code)).Msg("run_python code")
 	}
+	if h.opt.OnCall != nil {
+		sum := sha256.Sum256([]byte(in.Code))
+		rec.CodeSHA256, rec.CodeBytes, rec.InputFiles, rec.InSession = hex.EncodeToString(sum[:]), len(in.Code), len(in.Files), in.Session != ""
+		for _, f := range in.Files {
+			rec.InputBytes += int64(len(f.Data))
+		}
+	}
 	rep := newReporter(ctx, req, in.Timeout)
 	defer rep.settle()
 	sreq := sandbox.Request{Code: in.Code, Timeout: in.Timeout, CallID: callID, Files: in.Files, Progress: rep.callback()}
@@ -299,6 +364,11 @@ func (h *handler) call(ctx context.Context, req mcp.CallToolRequest) (result *mc
 		res, sessionID = h.runInSession(ctx, in.Session, sreq)
 	}
 	cause = res.Cause
+	rec.StdoutBytes, rec.StderrBytes, rec.OutputFiles, rec.ExecutionTime = res.StdoutBytes, res.StderrBytes, len(res.Files), res.Duration
+	for _, f := range res.Files {
+		rec.OutputBytes += int64(len(f.Data))
+	}
+	rec.RedactedBytes = int64(len(res.Stdout)+len(res.Stderr)) + rec.OutputBytes
 	encoding := time.Now()
 	out = FromResult(res)
 	out.SessionID = sessionID

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"sort"
 	"strings"
@@ -292,7 +294,7 @@ func TestOnCallTiming(t *testing.T) {
 	var got []Timing
 	st := sandbox.Timing{Source: sandbox.SourcePool, Run: 3 * time.Millisecond, Transit: time.Millisecond}
 	r := &fakeRunner{res: sandbox.Result{Stdout: "1\n", Duration: 3 * time.Millisecond, Timing: st}}
-	c := connect(t, Options{Runner: r, OnCall: func(tm Timing) { got = append(got, tm) }})
+	c := connect(t, Options{Runner: r, OnCall: func(c Call) { got = append(got, c.Timing) }})
 	call(t, c, map[string]any{"code": "print(1)"})
 	call(t, c, map[string]any{"code": 5})
 	r.panic = true
@@ -308,5 +310,32 @@ func TestOnCallTiming(t *testing.T) {
 	}
 	if got[2].Error != string(sandbox.ErrSandboxUnavailable) {
 		t.Errorf("a panicking call's timing = %+v; want sandbox_unavailable", got[2])
+	}
+}
+
+// TestOnCallRecord: what OnCall is told of a call for the audit log and
+// the metrics: who, a digest and sizes of what went in and came out, how
+// it ended; and of a refused call, no digest.
+func TestOnCallRecord(t *testing.T) {
+	var got []Call
+	res := sandbox.Result{Stdout: "hello\n", Stderr: "x", StdoutBytes: 600, StderrBytes: 1, ExitCode: 3, Duration: 4 * time.Millisecond,
+		Files: []sandbox.OutputFile{{Path: "a.txt", Data: []byte("12345"), Text: true}}, Timing: sandbox.Timing{Source: sandbox.SourcePool}}
+	c := connect(t, Options{Runner: &fakeRunner{res: res}, OnCall: func(c Call) { got = append(got, c) }})
+	code := "print('hello')"
+	call(t, c, map[string]any{"code": code, "files": []map[string]any{{"path": "in.csv", "content": "a,b\n"}}})
+	call(t, c, map[string]any{"code": code, "timeout": -1})
+	if len(got) != 2 {
+		t.Fatalf("OnCall was told of %d calls; want 2", len(got))
+	}
+	sum := sha256.Sum256([]byte(code))
+	r := got[0]
+	if len(r.ID) != 16 || r.Start.IsZero() || r.CodeSHA256 != hex.EncodeToString(sum[:]) || r.CodeBytes != len(code) ||
+		r.InputFiles != 1 || r.InputBytes != 4 || r.InSession || r.StdoutBytes != 600 || r.StderrBytes != 1 ||
+		r.OutputFiles != 1 || r.OutputBytes != 5 || r.RedactedBytes != 6+1+5 || r.ExitCode != 3 || r.Error != "" ||
+		r.ExecutionTime != 4*time.Millisecond || r.Timing.Sandbox.Source != sandbox.SourcePool {
+		t.Errorf("the call's record: %+v", r)
+	}
+	if r := got[1]; r.CodeSHA256 != "" || r.CodeBytes != 0 || r.Error != string(sandbox.ErrInvalidInput) || r.ID == got[0].ID {
+		t.Errorf("a refused call's record: %+v", r)
 	}
 }

@@ -64,6 +64,12 @@ func WithPrincipal(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, principalKey{}, name)
 }
 
+// principalOf is the request's authenticated principal, "" for none.
+func principalOf(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
+}
+
 // Owner names who the sessions a request makes answer to; see ownerOf.
 func Owner(ctx context.Context) string { return ownerOf(ctx) }
 

@@ -104,7 +104,8 @@ func warmRuntime(ctx context.Context, opt sandbox.Options, pauses []time.Duratio
 	}
 	var mu sync.Mutex
 	var last server.Timing
-	srv := server.New(server.Options{Runner: sb, DefaultTimeout: 60 * time.Second, OnCall: func(t server.Timing) {
+	srv := server.New(server.Options{Runner: sb, DefaultTimeout: 60 * time.Second, OnCall: func(c server.Call) {
+		t := c.Timing
 		mu.Lock()
 		last = t
 		mu.Unlock()
