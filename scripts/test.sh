@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: run every test of pybox against a real Docker engine.
 # Installs and starts what the tests need (engine, gVisor, image, Podman's
-# Docker-compatible API, a single-node Kubernetes cluster, the TypeScript SDK client, the MCP Inspector CLI and
+# Docker-compatible API, a single-node Kubernetes cluster, Prometheus, the TypeScript SDK client, the MCP Inspector CLI and
 # mcp-remote), then runs `go test` on every package, one package at a time since
 # several tests watch the engine's whole container list. Engine tests fail
 # rather than skip here. Prints how many tests ran and how many used the
@@ -17,6 +17,9 @@ if [ "$(id -u)" = 0 ]; then
   # Kubernetes backend); about 10 min the first time on 2 cores, seconds
   # with Go's build cache.
   bash scripts/ensure-kubernetes.sh || echo "test: the Kubernetes cluster could not be set up; TestKubernetes* will fail" >&2
+  # Debian's prometheus and promtool, for TestOperations, the metrics'
+  # naming check and the alert rules' tests.
+  bash scripts/ensure-prometheus.sh || echo "test: prometheus could not be installed; the operations tests will fail" >&2
 fi
 
 echo "test: installing the MCP clients of other ecosystems (npm ci: TypeScript SDK, Inspector CLI, mcp-remote)" >&2

@@ -27,6 +27,9 @@ type config struct {
 	allowedOrigins  stringList
 	origins         originPolicy // from allowedOrigins, by validate
 	maxRequestBytes byteSize
+	// Operations.
+	metricsAddr string
+	auditLog    string
 
 	// Logging.
 	logLevel  string
@@ -145,6 +148,8 @@ func flagSet(name string, withServe bool, cfg *config) *flag.FlagSet {
 		fs.Var(&cfg.allowedOrigins, "allowed-origin", "a web page origin, besides loopback pages, allowed to call the HTTP transports, such as https://app.example.com (repeatable; comma-separated in PYBOX_ALLOWED_ORIGIN)")
 		cfg.maxRequestBytes = byteSize(defaultMaxRequestBytes(sandbox.DefaultMaxInputBytes))
 		fs.Var(&cfg.maxRequestBytes, "max-request-bytes", "the largest HTTP request body, refused before it is read; left at its default, it follows --max-input-bytes (room for the largest valid call)")
+		fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "an address of its own for /healthz, /readyz and /metrics (no token there), such as 127.0.0.1:9464; the http and sse transports serve them on --addr too")
+		fs.StringVar(&cfg.auditLog, "audit-log", "", "where the audit log goes, one JSON line per run_python call: a file (appended; reopened on SIGHUP), - for stderr, or empty for none")
 	}
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")

@@ -196,9 +196,15 @@ type serveProc struct {
 
 func startServer(t *testing.T, args ...string) *serveProc {
 	t.Helper()
+	return startServerEnv(t, nil, args...)
+}
+
+// startServerEnv is startServer with more environment variables.
+func startServerEnv(t *testing.T, env []string, args ...string) *serveProc {
+	t.Helper()
 	s := &serveProc{addr: freeAddr(t), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(binary, append([]string{"serve", "--addr", s.addr}, args...)...)
-	s.cmd.Env = append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_POOL=1")
+	s.cmd.Env = append(append(os.Environ(), "PYBOX_IMAGE="+image(), "PYBOX_POOL=1"), env...)
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

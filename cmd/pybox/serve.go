@@ -59,8 +59,35 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	startupChecks(ctx, sb, cfg.runtimeName(), logger)
 	startJanitor()
-	srv := server.New(cfg.serverOptions(sb, rd, logger))
+	audit, err := openAudit(ctx, cfg.auditLog, stderr, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "pybox:", err)
+		return 2
+	}
+	defer audit.close()
+	o := newOps(sb, cfg.backend, audit, logger)
+	var opsLn net.Listener
+	if cfg.metricsAddr != "" {
+		if opsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			fmt.Fprintf(stderr, "pybox: --metrics-addr: %v\n", err)
+			return 2
+		}
+	}
+	sopt := cfg.serverOptions(sb, rd, logger)
+	sopt.OnCall = o.onCall
+	srv := server.New(sopt)
+	o.serving(srv)
 	mcp := srv.MCP()
+	if opsLn != nil || cfg.transport != "stdio" {
+		go o.watch(ctx)
+	}
+	if opsLn != nil {
+		go func() {
+			if err := o.serveOps(ctx, opsLn); err != nil {
+				logger.Error().Err(err).Msg("serving /healthz, /readyz and /metrics failed")
+			}
+		}()
+	}
 
 	logger.Info().Str("transport", cfg.transport).Str("version", version()).
 		Str("image", sb.Image()).Str("engine", sb.EngineHost()).Msg("pybox serving")
@@ -69,7 +96,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "stdio":
 		err = serveStdio(ctx, mcp, cfg, stdin, stdout, logger)
 	default:
-		err = serveHTTP(ctx, srv, cfg, logger)
+		err = serveHTTP(ctx, srv, o, cfg, logger)
 	}
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -140,7 +167,7 @@ func (z zerologWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerolog.Logger) error {
+func serveHTTP(ctx context.Context, srv *server.Server, o *ops, cfg config, logger zerolog.Logger) error {
 	mcp := srv.MCP()
 	mux := http.NewServeMux()
 	// The edge of every endpoint, outermost first (see edge.go).
@@ -158,6 +185,9 @@ func serveHTTP(ctx context.Context, srv *server.Server, cfg config, logger zerol
 		mux.Handle("/sse", edge(s.SSEHandler()))
 		mux.Handle("/message", edge(s.MessageHandler()))
 	}
+	// The probes need no token and say nothing sensitive; the metrics
+	// need the token when one is set.
+	o.handle(mux, bearerAuth(cfg.tokens))
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
