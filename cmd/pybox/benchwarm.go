@@ -156,30 +156,23 @@ func warmRuntime(ctx context.Context, opt sandbox.Options, pauses []time.Duratio
 		// Interleaved, so that each series meets the same conditions: a
 		// pause, then a call (the session's first, which leaves the pool
 		// alone), then a pause before each of the pandas snippet's calls.
+		// Each round: a pause before the print(1) pair and before each
+		// pandas call.
+		rounds := [][]int{{2, 0}, {1}, {3}}
 		for range runs {
-			time.Sleep(p)
-			for _, i := range []int{2, 0} {
-				sess := ""
-				if s[i].where == "session" {
-					sess = sid
-				}
-				wc, _, err := call(s[i].code, sess)
-				if err != nil {
-					return nil, err
-				}
-				s[i].calls = append(s[i].calls, wc)
-			}
-			for _, i := range []int{1, 3} {
+			for _, group := range rounds {
 				time.Sleep(p)
-				sess := ""
-				if s[i].where == "session" {
-					sess = sid
+				for _, i := range group {
+					sess := ""
+					if s[i].where == "session" {
+						sess = sid
+					}
+					wc, _, err := call(s[i].code, sess)
+					if err != nil {
+						return nil, err
+					}
+					s[i].calls = append(s[i].calls, wc)
 				}
-				wc, _, err := call(s[i].code, sess)
-				if err != nil {
-					return nil, err
-				}
-				s[i].calls = append(s[i].calls, wc)
 			}
 		}
 		all = append(all, s...)
