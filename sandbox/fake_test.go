@@ -342,7 +342,10 @@ func (r *fakeRunner) run() {
 		<-r.c.stopped
 		return
 	}
-	time.Sleep(r.f.readyDelay)
+	r.f.mu.Lock()
+	delay := r.f.readyDelay
+	r.f.mu.Unlock()
+	time.Sleep(delay)
 	r.emit(frameReady, nil)
 	for fr := range r.frames {
 		if fr.typ != frameRun {

@@ -240,8 +240,13 @@ func TestFakePool(t *testing.T) {
 		}
 	})
 	t.Run("the pool grows when calls find it empty, a waiting call gets the next one", func(t *testing.T) {
-		s, _ := newFake(t, Options{PoolSize: 1, PoolMax: 3})
+		s, f := newFake(t, Options{PoolSize: 1, PoolMax: 3})
 		waitFor(t, "the pool to fill", func() bool { return s.PoolReady() == 1 })
+		// Sandboxes now take a while to be ready, so that each call but the
+		// first finds the pool empty however the four are scheduled.
+		f.mu.Lock()
+		f.readyDelay = 500 * time.Millisecond
+		f.mu.Unlock()
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
