@@ -264,8 +264,11 @@ func returnMemory(ctx context.Context, sb *sandbox.Sandbox) {
 		if running, waiting, _ := sb.Stats(); running > 0 || waiting > 0 {
 			continue
 		}
+		// What the heap holds free and has not given back: past a few
+		// MiB, the whole of it goes back at once (the runtime's own
+		// scavenger returns it over minutes).
 		runtime.ReadMemStats(&m)
-		if m.HeapSys-m.HeapReleased > 64<<20 {
+		if m.HeapIdle-m.HeapReleased > 16<<20 {
 			debug.FreeOSMemory()
 		}
 	}
