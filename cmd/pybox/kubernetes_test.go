@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -351,6 +352,27 @@ func TestKubernetesReplicas(t *testing.T) {
 			t.Fatalf("%s via %s: HTTP %d %v %.300s", tool, addr, status, err, raw)
 		}
 		return r
+	}
+	// A replica is ready once the cluster answers and the image is known;
+	// its metrics say the backend.
+	waitFor(t, "the replica's /readyz", 60*time.Second, func() bool {
+		resp, err := c.Get("http://" + a + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+a+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.SplitN(alice, ":", 2)[1])
+	if resp, err := c.Do(req); err != nil {
+		t.Errorf("/metrics: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `backend="kubernetes"`) || !strings.Contains(string(body), "pybox_ready 1") {
+			t.Errorf("/metrics of a Kubernetes replica: %d, no backend=kubernetes or pybox_ready 1", resp.StatusCode)
+		}
 	}
 	first := call(a, alice, "run_python", map[string]any{"code": "x = 41", "session_id": "new"})
 	id, _ := first.Result.Structured["session_id"].(string)
