@@ -355,14 +355,7 @@ func TestKubernetesReplicas(t *testing.T) {
 	}
 	// A replica is ready once the cluster answers and the image is known;
 	// its metrics say the backend.
-	waitFor(t, "the replica's /readyz", 60*time.Second, func() bool {
-		resp, err := c.Get("http://" + a + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitFor(t, "the replica's /readyz", 60*time.Second, func() bool { return answersOK(c, "http://"+a+"/readyz") })
 	req, _ := http.NewRequest(http.MethodGet, "http://"+a+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+strings.SplitN(alice, ":", 2)[1])
 	if resp, err := c.Do(req); err != nil {

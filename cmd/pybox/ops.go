@@ -66,8 +66,8 @@ type ops struct {
 
 // readyState is the newest readiness probe.
 type readyState struct {
-	Ready  bool              `json:"ready"`
-	Checks map[string]string `json:"checks"`
+	Ready  bool
+	Checks map[string]string
 	// imageAt is when the image was last checked, imageOK its answer.
 	imageAt time.Time
 	imageOK string

@@ -71,15 +71,18 @@ func startPrometheus(t *testing.T, target string) string {
 			t.Logf("prometheus:\n%s", out.String())
 		}
 	})
-	waitFor(t, "prometheus", 60*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitFor(t, "prometheus", 60*time.Second, func() bool { return answersOK(http.DefaultClient, "http://"+addr+"/-/ready") })
 	return addr
+}
+
+// answersOK says whether a GET of url answers 200.
+func answersOK(c *http.Client, url string) bool {
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // promQuery asks Prometheus' HTTP API for an instant vector's one value;
